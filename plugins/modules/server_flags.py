@@ -1,0 +1,381 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.sglang contributors
+# MIT License (see LICENSE)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: server_flags
+short_description: Probe the launch flags of an installed SGLang release and render argv
+version_added: 0.1.0
+author: gpufleet developers (@gpufleet)
+description:
+  - Runs C(<python> -m sglang.launch_server --help) with the virtualenv's interpreter and
+    parses the text into the flags the installed release accepts (all aliases, whether
+    a flag takes a value, its choices, deprecation).
+  - Reads the installed release and a fingerprint of the installed package (the sglang
+    C(.dist-info) directory name and the sha256 of its C(RECORD) file) with one small
+    C(python -c) call, and caches the parsed flags in O(cache_dir) keyed by release and
+    fingerprint, so a re-run against the same virtualenv does not run C(--help) again.
+    Any change of the installed package invalidates the cache.
+  - Fails, naming every missing flag and the release, when flags listed in O(require)
+    do not exist.
+  - When O(layout), O(server_args) or O(extra_args) is given, renders the server argv for
+    that release, translating known renames across releases, and fails listing every
+    flag or value the release does not accept.
+requirements:
+  - SGLang installed in the virtualenv of O(python).
+attributes:
+  check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
+    support: full
+    details: Only reads; in check mode it still probes but does not write the cache.
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
+    support: none
+  idempotent:
+    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
+    support: full
+options:
+  python:
+    description: Python interpreter of the virtualenv SGLang is installed in.
+    type: path
+    required: true
+  require:
+    description:
+      - Flags that must exist (any alias counts, e.g. C(--tp-size) or
+        C(--tensor-parallel-size)). The module fails naming every missing one.
+    type: list
+    elements: str
+    default: []
+  cache:
+    description: Use and update the cache of parsed help texts.
+    type: bool
+    default: true
+  cache_dir:
+    description: Directory of the cache files. Created when missing.
+    type: path
+    default: /var/cache/gpufleet-sglang
+  columns:
+    description:
+      - C(COLUMNS) for the C(--help) run. argparse wraps descriptions at this width; a
+        wide value keeps descriptions intact. Option names and choices do not depend on it.
+    type: int
+    default: 200
+  timeout:
+    description: Seconds the C(--help) run may take (importing SGLang is slow).
+    type: int
+    default: 120
+  layout:
+    description:
+      - Parallel layout to render. Keys C(tp), C(pp), C(ep), C(dp), C(nnodes),
+        C(node_rank) (int) and C(dist_init_addr) (str). Values of 1 (C(node_rank) 0) are
+        left out, except C(tp), which is always rendered.
+    type: dict
+  server_args:
+    description:
+      - Base server arguments, flag name to value, e.g. C(--model-path), C(--host),
+        C(--port), C(--served-model-name). Any alias of a flag is accepted.
+    type: dict
+  extra_args:
+    description:
+      - Further arguments, flag name to value. V(true) is a switch, V(false) leaves the
+        switch out (or renders C(--no-<flag>) for boolean-optional flags), a list gives
+        several values to a flag that takes them.
+    type: dict
+    default: {}
+  return_flags:
+    description: Return the parsed C(flags) mapping (large for new releases).
+    type: bool
+    default: true
+notes:
+  - The cache files are JSON, one per release, fingerprint and O(columns).
+"""
+
+EXAMPLES = r"""
+- name: Probe the installed SGLang and render the server command line
+  gpufleet.sglang.server_flags:
+    python: /opt/sglang/venv/bin/python
+    require:
+      - --tp-size
+      - --ep-size
+    layout:
+      tp: 8
+      ep: 8
+    server_args:
+      --model-path: /models/kimi-k2
+      --host: 0.0.0.0
+      --port: 30000
+      --served-model-name: kimi
+    extra_args:
+      --trust-remote-code: true
+      --tool-call-parser: kimi_k2
+    return_flags: false
+  register: sglang_flags
+
+- name: Show the command line
+  ansible.builtin.debug:
+    msg: "{{ sglang_flags.argv | join(' ') }}"
+"""
+
+RETURN = r"""
+version:
+  description: Installed SGLang release.
+  returned: always
+  type: str
+  sample: 0.5.9
+fingerprint:
+  description: sha256 over release, dist-info name, RECORD sha256 and Python version.
+  returned: always
+  type: str
+prog:
+  description: The C(prog) of the argparse usage line.
+  returned: always
+  type: str
+  sample: launch_server.py
+flags:
+  description:
+    - Parsed flags keyed by the first long option string the help prints. Each has
+      C(names), C(takes_value), C(choices), C(nargs), C(deprecated), C(help).
+  returned: when O(return_flags) is true
+  type: dict
+missing:
+  description: Flags of O(require) the release lacks (empty on success).
+  returned: always
+  type: list
+  elements: str
+cached:
+  description: Whether the flags came from the cache (C(--help) was not run).
+  returned: always
+  type: bool
+cache_file:
+  description: Cache file used or written.
+  returned: when O(cache) is true
+  type: str
+argv:
+  description: Rendered server arguments (flag and value as separate items).
+  returned: when O(layout), O(server_args) or O(extra_args) is given
+  type: list
+  elements: str
+  sample: ["--model-path", "/models/k", "--tp-size", "8", "--ep-size", "8"]
+translations:
+  description: Cross-release translations applied while rendering (and deprecation warnings).
+  returned: always
+  type: list
+  elements: str
+"""
+
+import hashlib
+import json
+import os
+import tempfile
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_help import (
+    PARSER_VERSION,
+    HelpParseError,
+    parse_help,
+)
+from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_argv import (
+    ArgvError,
+    missing,
+    render_argv,
+)
+
+# One small query: release, dist-info name, sha256 of RECORD, Python version.
+_PROBE_CODE = (
+    "import hashlib, json, sys\n"
+    "from importlib import metadata\n"
+    "d = metadata.distribution('sglang')\n"
+    "p = getattr(d, '_path', None)\n"
+    "r = d.read_text('RECORD') or ''\n"
+    "print(json.dumps({'version': d.version,"
+    " 'dist_info': getattr(p, 'name', None),"
+    " 'record_sha256': hashlib.sha256(r.encode('utf-8')).hexdigest(),"
+    " 'python': '%d.%d.%d' % sys.version_info[:3]}))\n"
+)
+
+
+def _fail_cmd(module, msg, cmd, rc, out, err, **extra):
+    module.fail_json(msg=msg, cmd=cmd, rc=rc, stdout=out, stderr=err, **extra)
+
+
+def _with_timeout(module, cmd, seconds):
+    timeout_bin = module.get_bin_path("timeout")
+    if timeout_bin and seconds and seconds > 0:
+        return [timeout_bin, "--kill-after=10", str(seconds)] + cmd
+    return cmd
+
+
+def _probe_release(module, python, env, timeout):
+    cmd = _with_timeout(module, [python, "-c", _PROBE_CODE], timeout)
+    rc, out, err = module.run_command(cmd, environ_update=env, cwd="/")
+    if rc != 0:
+        _fail_cmd(module, "could not read the installed SGLang release with %s (rc=%s)" % (python, rc),
+                  cmd, rc, out, err)
+    try:
+        info = json.loads(out.strip().splitlines()[-1])
+        version = str(info["version"])
+    except (ValueError, KeyError, IndexError, TypeError) as exc:
+        _fail_cmd(module, "unexpected output of the SGLang release query: %s" % exc,
+                  cmd, rc, out, err)
+    seed = "|".join(str(info.get(k)) for k in ("version", "dist_info", "record_sha256", "python"))
+    info["fingerprint"] = hashlib.sha256(seed.encode("utf-8")).hexdigest()
+    return info
+
+
+def _cache_path(cache_dir, version, fingerprint, columns):
+    safe_version = "".join(c if c.isalnum() or c in ".-+_" else "_" for c in version)
+    return os.path.join(cache_dir, "sglang-help-%s-%s-c%d.json" % (safe_version, fingerprint[:16], columns))
+
+
+def _read_cache(path, info, columns):
+    try:
+        with open(path, "r") as handle:
+            data = json.load(handle)
+    except (IOError, OSError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    if (data.get("fingerprint") != info["fingerprint"] or data.get("version") != info["version"]
+            or data.get("columns") != columns or data.get("parser_version") != PARSER_VERSION
+            or not isinstance(data.get("flags"), dict)):
+        return None
+    return data
+
+
+def _write_cache(module, path, data):
+    directory = os.path.dirname(path)
+    try:
+        if not os.path.isdir(directory):
+            os.makedirs(directory, 0o755)
+        fd, tmp = tempfile.mkstemp(prefix=".sglang-help-", suffix=".tmp", dir=directory)
+        try:
+            with os.fdopen(fd, "w") as handle:
+                json.dump(data, handle, sort_keys=True)
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, path)
+        except Exception:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+    except (IOError, OSError) as exc:
+        module.warn("could not write the SGLang flags cache %s: %s" % (path, exc))
+        return False
+    return True
+
+
+def _run_help(module, python, env, timeout, version):
+    cmd = _with_timeout(module, [python, "-m", "sglang.launch_server", "--help"], timeout)
+    started = time.time()
+    rc, out, err = module.run_command(cmd, environ_update=env, cwd="/")
+    elapsed = time.time() - started
+    if rc != 0:
+        if rc in (124, 137) and cmd[0] != python:
+            msg = "sglang %s: '--help' timed out after %ss" % (version, timeout)
+        else:
+            msg = "sglang %s: '%s -m sglang.launch_server --help' failed (rc=%s)" % (version, python, rc)
+        _fail_cmd(module, msg, cmd, rc, out, err)
+    try:
+        parsed = parse_help(out)
+    except HelpParseError as exc:
+        _fail_cmd(module, "sglang %s: could not parse the '--help' output: %s" % (version, exc),
+                  cmd, rc, out, err)
+    return parsed, elapsed
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            python=dict(type="path", required=True),
+            require=dict(type="list", elements="str", default=[]),
+            cache=dict(type="bool", default=True),
+            cache_dir=dict(type="path", default="/var/cache/gpufleet-sglang"),
+            columns=dict(type="int", default=200),
+            timeout=dict(type="int", default=120),
+            layout=dict(type="dict"),
+            server_args=dict(type="dict"),
+            extra_args=dict(type="dict", default={}),
+            return_flags=dict(type="bool", default=True),
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+    python = params["python"]
+    if not os.path.exists(python):
+        module.fail_json(msg="Python interpreter %s does not exist" % python)
+    if not os.access(python, os.X_OK):
+        module.fail_json(msg="Python interpreter %s is not executable" % python)
+    if params["columns"] < 40:
+        module.fail_json(msg="columns must be at least 40, got %d" % params["columns"])
+
+    env = {
+        "COLUMNS": str(params["columns"]),
+        "PYTHONHASHSEED": "0",
+        "NO_COLOR": "1",
+        "PYTHON_COLORS": "0",
+    }
+    info = _probe_release(module, python, env, params["timeout"])
+    version = info["version"]
+    result = dict(changed=False, version=version, fingerprint=info["fingerprint"], cached=False)
+
+    data = None
+    path = None
+    if params["cache"]:
+        path = _cache_path(params["cache_dir"], version, info["fingerprint"], params["columns"])
+        result["cache_file"] = path
+        data = _read_cache(path, info, params["columns"])
+    if data is not None:
+        result["cached"] = True
+    else:
+        parsed, elapsed = _run_help(module, python, env, params["timeout"], version)
+        data = {
+            "version": version,
+            "fingerprint": info["fingerprint"],
+            "dist_info": info.get("dist_info"),
+            "python_version": info.get("python"),
+            "columns": params["columns"],
+            "parser_version": PARSER_VERSION,
+            "prog": parsed["prog"],
+            "flags": parsed["flags"],
+            "help_seconds": round(elapsed, 3),
+        }
+        if params["cache"] and not module.check_mode:
+            _write_cache(module, path, data)
+
+    flags = data["flags"]
+    result["prog"] = data.get("prog")
+    result["missing"] = missing(flags, params["require"])
+    result["translations"] = []
+    if params["return_flags"]:
+        result["flags"] = flags
+
+    if result["missing"]:
+        result.pop("flags", None)
+        module.fail_json(
+            msg="sglang %s (%s) lacks required flag%s: %s" % (
+                version, python, "" if len(result["missing"]) == 1 else "s",
+                ", ".join(result["missing"])),
+            **result
+        )
+
+    if params["layout"] is not None or params["server_args"] is not None or params["extra_args"]:
+        try:
+            argv, translations = render_argv(flags, version, layout=params["layout"],
+                                             server_args=params["server_args"],
+                                             extra_args=params["extra_args"])
+        except ArgvError as exc:
+            result.pop("flags", None)
+            module.fail_json(msg=str(exc), problems=exc.problems, **result)
+        result["argv"] = argv
+        result["translations"] = translations
+
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

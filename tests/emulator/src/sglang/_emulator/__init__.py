@@ -1,0 +1,1 @@
+"""Implementation of the SGLang emulator (TEST DOUBLE). Private; stdlib only."""

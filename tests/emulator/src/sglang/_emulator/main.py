@@ -1,0 +1,218 @@
+"""Lifecycle of the emulated ``launch_server``: parse, check the machine, rendezvous,
+load weights (port closed), listen, warm up (health 503), ready (200)."""
+
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+
+from sglang._emulator import cli, layout as _layout, rendezvous
+from sglang._emulator.engine import Engine
+from sglang._emulator.release import current_release
+from sglang._emulator.state import append_record, log
+
+FAULTS = ("crash-during-load", "hang-during-load", "hang-after-listen", "crash-on-start")
+
+
+class OutOfMemoryError(RuntimeError):
+    pass
+
+
+OutOfMemoryError.__module__ = "torch"
+
+
+def _env_float(name, default):
+    try:
+        return float(os.environ.get(name, default))
+    except ValueError:
+        return float(default)
+
+
+def _exit_now(code):
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)  # pylint: disable=protected-access
+
+
+def _install_signals():
+    def on_term(signum, _frame):
+        name = "sigterm" if signum == signal.SIGTERM else "sigint"
+        log("Received %s, shutting down the SGLang emulator (pid %d)." % (name, os.getpid()))
+        _exit_now(0)
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+
+
+def _die_in_scheduler(exc, prefix):
+    """Print the exception as the scheduler subprocess would, then the parent's line."""
+    try:
+        raise exc
+    except BaseException:  # pylint: disable=broad-except
+        log("Scheduler hit an exception: " + traceback.format_exc().rstrip("\n"), prefix)
+    log("Received sigquit from a child process. It usually means the child failed.")
+    return 1
+
+
+def _init_torch_distributed(lay):
+    """Stand-in for the scheduler's device / process-group init; raises like it."""
+    raise lay.exc_type(lay.message)
+
+
+def _load_weights(seconds, fault, prefix):
+    shards = 64
+    log("Load weight begin. avail mem=94.50 GB, mem usage=0.00 GB.", prefix)
+    steps = 8
+    started = time.monotonic()
+    for step in range(steps + 1):
+        done = shards * step // steps
+        elapsed = time.monotonic() - started
+        log("Loading safetensors checkpoint shards: %3d%% Completed | %d/%d [%02d:%02d<?, ?it/s]"
+            % (100 * step // steps, done, shards, elapsed // 60, elapsed % 60), prefix)
+        if fault == "crash-during-load" and step == steps // 2:
+            return _die_in_scheduler(OutOfMemoryError(
+                "CUDA out of memory. Tried to allocate 1.75 GiB. GPU 0 has a total capacity of "
+                "94.97 GiB of which 1.02 GiB is free. Including non-PyTorch memory, this process "
+                "has 93.93 GiB memory in use. Of the allocated memory 92.11 GiB is allocated by "
+                "PyTorch, and 1.21 GiB is reserved by PyTorch but unallocated. (sglang emulator: "
+                "fault crash-during-load)"), prefix)
+        if fault == "hang-during-load" and step == steps // 2:
+            log("Loading is stuck (sglang emulator fault hang-during-load).", prefix)
+            while True:
+                time.sleep(3600)
+        if step < steps:
+            time.sleep(seconds / steps)
+    log("Load weight end. type=DeepseekV3ForCausalLM, dtype=torch.bfloat16, "
+        "avail mem=18.20 GB, mem usage=76.30 GB.", prefix)
+    log("KV Cache is allocated. #tokens: 1048576, K size: 8.00 GB, V size: 8.00 GB", prefix)
+    return 0
+
+
+def main(argv):
+    release = current_release()
+    _install_signals()
+    try:
+        args = cli.parse(release, list(argv))
+    except ValueError:
+        # DeprecatedAction raises ValueError(help) in the real parser: a traceback, exit 1.
+        traceback.print_exc()
+        return 1
+    if not args.get("served_model_name"):
+        args["served_model_name"] = args.get("model_path")
+    if not args.get("tokenizer_path"):
+        args["tokenizer_path"] = args.get("model_path")
+
+    lay, warnings = _layout.resolve(release, args)
+    lay["gpus_per_node"] = _layout.machine_gpus()
+    prefix = "TP0" if lay["nnodes"] == 1 else "node%d TP%d" % (
+        lay["node_rank"], lay["node_rank"] * max(lay["tp_size"] // lay["nnodes"], 1))
+    fault = os.environ.get("SGLANG_EMULATOR_FAULT", "").strip() or None
+    if fault and fault not in FAULTS:
+        log("WARNING: unknown SGLANG_EMULATOR_FAULT=%r ignored (known: %s)"
+            % (fault, ", ".join(FAULTS)))
+        fault = None
+    rates = _layout.rates_for(lay["name"])
+    append_record("starts.jsonl", {
+        "time": time.time(), "pid": os.getpid(), "argv": list(argv), "release": release,
+        "node_rank": lay["node_rank"], "layout": lay,
+        "rates": {"single": rates[0], "ceiling": rates[1], "source": rates[2]},
+        "fault": fault, "host": args.get("host"), "port": args.get("port"),
+    })
+    log("SGLang emulator %s (TEST DOUBLE, no GPU used) starting: layout %s on %d GPU(s)/node "
+        "x %d node(s), node_rank %d" % (release, lay["name"], lay["gpus_per_node"],
+                                        lay["nnodes"], lay["node_rank"]))
+    for w in warnings:
+        log(w)
+    try:
+        _layout.validate(lay, lay["gpus_per_node"])
+    except _layout.LayoutError as exc:
+        return _die_in_scheduler_from(exc, prefix)
+    if fault == "crash-on-start":
+        log("sglang emulator fault crash-on-start: exiting with status 1.", prefix)
+        return 1
+
+    links = None
+    if lay["nnodes"] > 1:
+        timeout = args.get("dist_timeout")
+        try:
+            if lay["node_rank"] == 0:
+                links = rendezvous.Rank0(args.get("dist_init_addr"), lay, release)
+                links.wait(timeout=float(timeout) if timeout else None)
+            else:
+                links = rendezvous.worker_join(args.get("dist_init_addr"), lay, release,
+                                               float(timeout) if timeout else 120.0)
+                log("Joined rank 0 at %s" % args.get("dist_init_addr"), prefix)
+        except (rendezvous.RendezvousError, OSError) as exc:
+            log("ERROR: multi-node init failed: %s" % exc, prefix)
+            return 1
+
+    rc = _load_weights(_env_float("SGLANG_EMULATOR_LOAD_SECONDS", 3), fault, prefix)
+    if rc:
+        return rc
+
+    if lay["node_rank"] >= 1:
+        return _worker_loop(links, prefix)
+    if links is not None:
+        def lost(rank):
+            log("ERROR: lost connection to node_rank %d (NCCL communicator aborted); "
+                "exiting." % rank, prefix)
+            _exit_now(1)
+        links.monitor(lost)
+    return _serve(release, args, lay, rates, argv, fault)
+
+
+def _die_in_scheduler_from(lay_exc, prefix):
+    try:
+        _init_torch_distributed(lay_exc)
+    except BaseException as exc:  # pylint: disable=broad-except
+        return _die_in_scheduler(exc, prefix)
+    return 1
+
+
+def _worker_loop(sock, prefix):
+    log("Worker node is up. No HTTP server runs on node_rank >= 1.", prefix)
+    try:
+        while sock.recv(4096):
+            pass
+    except OSError:
+        pass
+    log("ERROR: rank 0 went away (connection closed); exiting.", prefix)
+    return 1
+
+
+def _serve(release, args, lay, rates, argv, fault):
+    from sglang._emulator import server as _server
+
+    engine = Engine(rates[0], rates[1], _env_float("SGLANG_EMULATOR_TTFT_MS", 50) / 1000.0)
+    state = _server.State(release, args, lay, engine, rates, list(argv))
+    host = args.get("host") or "127.0.0.1"
+    port = int(args.get("port") or 30000)
+    try:
+        httpd = _server.make_server(state, host, port)
+    except OSError as exc:
+        sys.stderr.write("ERROR:    [Errno %s] error while attempting to bind on address "
+                         "(%r, %d): %s\n" % (exc.errno, host, port,
+                                             (exc.strerror or str(exc)).lower()))
+        return 1
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.5},
+                     daemon=True).start()
+    sys.stderr.write("INFO:     Started server process [%d]\nINFO:     Waiting for "
+                     "application startup.\nINFO:     Application startup complete.\n"
+                     "INFO:     Uvicorn running on http://%s:%d (Press CTRL+C to quit)\n"
+                     % (os.getpid(), host if ":" not in host else "[%s]" % host, port))
+    sys.stderr.flush()
+    warmup = _env_float("SGLANG_EMULATOR_WARMUP_SECONDS", 2)
+    log("Start of warmup (sglang emulator: %.2fs)." % warmup)
+    time.sleep(max(warmup, 0.0))
+    if fault == "hang-after-listen":
+        log("Warmup is stuck (sglang emulator fault hang-after-listen); health stays 503.")
+    else:
+        state.status = "Up"
+        log("The server is fired up and ready to roll!")
+    while True:
+        time.sleep(3600)

@@ -1,0 +1,478 @@
+"""The emulated HTTP server: health, info, native and OpenAI-compatible routes."""
+
+import json
+import os
+import socket
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
+
+from sglang._emulator import engine as _engine
+from sglang._emulator.release import version_tuple
+
+DEFAULT_MAX_NEW_TOKENS = 128
+ADMIN_OPTIONAL = frozenset(["/flush_cache"])
+SECRET_KEYS = ("api_key", "admin_api_key")
+
+
+class State:
+    """Everything the handlers need; ``status`` is Starting until warmup ends."""
+
+    def __init__(self, release, args, layout, engine, rates, argv):
+        self.release = release
+        self.version = version_tuple(release)
+        self.args = args
+        self.layout = layout
+        self.engine = engine
+        self.rates = rates
+        self.argv = argv
+        self.status = "Starting"
+        self.startup_time = time.time()
+        self.model_path = args.get("model_path")
+        self.served_model_name = args.get("served_model_name") or self.model_path
+        self.api_key = args.get("api_key")
+        self.admin_api_key = args.get("admin_api_key")
+        self.model_config = _read_model_config(self.model_path)
+        self.routes = self._routes()
+
+    def _routes(self):
+        get = {"/health", "/health_generate", "/get_model_info", "/get_server_info",
+               "/v1/models", "/flush_cache", "/"}
+        post = {"/generate", "/v1/completions", "/v1/chat/completions", "/flush_cache"}
+        if self.version >= (0, 5, 9):
+            get |= {"/model_info", "/server_info"}
+        if self.version >= (0, 5, 23):
+            get |= {"/ready", "/ping"}
+        if self.args.get("enable_metrics"):
+            get.add("/metrics")
+        return {"GET": get, "HEAD": set(get), "POST": post, "PUT": {"/generate"}}
+
+    @property
+    def up(self):
+        return self.status == "Up"
+
+    def context_length(self):
+        if self.args.get("context_length"):
+            return int(self.args["context_length"])
+        cfg = self.model_config or {}
+        for key in ("max_position_embeddings", "max_sequence_length", "seq_length"):
+            if isinstance(cfg.get(key), int):
+                return cfg[key]
+        text_cfg = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}
+        if isinstance(text_cfg.get("max_position_embeddings"), int):
+            return text_cfg["max_position_embeddings"]
+        return 131072
+
+    def model_info(self):
+        info = {"model_path": self.model_path,
+                "tokenizer_path": self.args.get("tokenizer_path") or self.model_path,
+                "is_generation": True}
+        if self.version >= (0, 5):
+            cfg = self.model_config or {}
+            info.update({
+                "served_model_name": self.served_model_name,
+                "preferred_sampling_params": self.args.get("preferred_sampling_params"),
+                "weight_version": self.args.get("weight_version") or "default",
+                "load_format": self.args.get("load_format"),
+                "reasoning_parser": self.args.get("reasoning_parser"),
+                "tool_call_parser": self.args.get("tool_call_parser"),
+                "disaggregation_mode": self.args.get("disaggregation_mode"),
+                "has_image_understanding": False,
+                "has_audio_understanding": False,
+                "model_type": cfg.get("model_type"),
+                "architectures": cfg.get("architectures"),
+            })
+        info["emulator"] = True
+        return info
+
+    def server_info(self):
+        info = {}
+        for key, val in self.args.items():
+            if key in SECRET_KEYS and val:
+                val = "<redacted>"
+            info[key] = val
+        lay = self.layout
+        info.update({k: lay[k] for k in ("tp_size", "pp_size", "ep_size", "dp_size",
+                                          "nnodes", "node_rank")})
+        if "attn_dp_size" in self.args or lay["enable_dp_attention"]:
+            info["attn_dp_size"] = lay["attn_dp_size"]
+        info["enable_dp_attention"] = lay["enable_dp_attention"]
+        info["served_model_name"] = self.served_model_name
+        info["tokenizer_path"] = self.args.get("tokenizer_path") or self.model_path
+        info.update({
+            "version": self.release,
+            "frontend": "python",
+            "startup_time": self.startup_time,
+            "launch_command": "python -m sglang.launch_server " + " ".join(
+                "<redacted>" if i and self.argv[i - 1] in ("--api-key", "--admin-api-key")
+                else a for i, a in enumerate(self.argv)),
+            "internal_states": [{
+                "avg_spec_accept_length": None,
+                "last_gen_throughput": round(self.engine.rate() * max(self.engine.active, 1), 2),
+            }],
+            "max_total_num_tokens": self.context_length() * 4,
+            "emulator": True,
+            "emulator_layout": lay["name"],
+            "emulator_gpus_per_node": lay.get("gpus_per_node"),
+            "emulator_rates": {"single": self.rates[0], "ceiling": self.rates[1],
+                               "source": self.rates[2]},
+        })
+        return info
+
+    def metrics(self):
+        e = self.engine
+        lines = [
+            "# TYPE sglang:num_running_reqs gauge",
+            'sglang:num_running_reqs{model_name="%s"} %d' % (self.served_model_name, e.active),
+            "# TYPE sglang:prompt_tokens_total counter",
+            'sglang:prompt_tokens_total{model_name="%s"} %d' % (self.served_model_name,
+                                                                e.prompt_tokens_total),
+            "# TYPE sglang:generation_tokens_total counter",
+            'sglang:generation_tokens_total{model_name="%s"} %d' % (
+                self.served_model_name, e.generation_tokens_total),
+            "# TYPE sglang:num_requests_total counter",
+            'sglang:num_requests_total{model_name="%s"} %d' % (self.served_model_name,
+                                                               e.requests_total),
+        ]
+        return "\n".join(lines) + "\n"
+
+
+def _read_model_config(model_path):
+    if not model_path:
+        return None
+    path = os.path.join(model_path, "config.json")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+        return data if isinstance(data, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+class BadRequest(Exception):
+    pass
+
+
+def _words_of_messages(messages):
+    n = 0
+    for msg in messages or []:
+        if not isinstance(msg, dict):
+            continue
+        content = msg.get("content")
+        if isinstance(content, str):
+            n += _engine.prompt_tokens(content)
+        elif isinstance(content, list):
+            for part in content:
+                if isinstance(part, dict) and isinstance(part.get("text"), str):
+                    n += _engine.prompt_tokens(part["text"])
+    return n
+
+
+def _prompt_count(prompt):
+    if isinstance(prompt, str):
+        return _engine.prompt_tokens(prompt)
+    if isinstance(prompt, list):
+        if all(isinstance(x, int) for x in prompt):
+            return len(prompt)
+        return sum(_prompt_count(p) for p in prompt)
+    return 0
+
+
+def _int_param(value, name, default):
+    if value is None:
+        return default
+    try:
+        val = int(value)
+    except (TypeError, ValueError):
+        raise BadRequest("%s must be an integer, got %r" % (name, value)) from None
+    if val < 0:
+        raise BadRequest("%s must be non-negative, got %d" % (name, val))
+    return val
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "uvicorn"
+    sys_version = ""
+    state = None  # set on the subclass made by make_server
+
+    # ---- plumbing ----
+    def setup(self):
+        super().setup()
+        try:
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            pass
+
+    def log_message(self, format, *args):  # pylint: disable=redefined-builtin
+        if os.environ.get("SGLANG_EMULATOR_ACCESS_LOG"):
+            super().log_message(format, *args)
+
+    def _send(self, code, body=b"", ctype="application/json", extra=None):
+        self.send_response(code)
+        if body or code not in (204, 304):
+            self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        for key, val in (extra or {}).items():
+            self.send_header(key, val)
+        self.end_headers()
+        if self.command != "HEAD" and body:
+            self.wfile.write(body)
+
+    def _json(self, code, obj):
+        self._send(code, json.dumps(obj).encode("utf-8"))
+
+    def _read_json(self):
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        if not raw.strip():
+            return {}
+        try:
+            data = json.loads(raw)
+        except ValueError as exc:
+            raise BadRequest("JSON decode error: %s" % exc) from None
+        if not isinstance(data, dict):
+            raise BadRequest("the request body must be a JSON object")
+        return data
+
+    def _stream_start(self):
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+
+    def _event(self, obj):
+        data = b"data: " + (obj if isinstance(obj, bytes) else
+                            json.dumps(obj).encode("utf-8")) + b"\n\n"
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+
+    def _stream_end(self):
+        self._event(b"[DONE]")
+        self.wfile.write(b"0\r\n\r\n")
+
+    def _authorized(self, path):
+        st = self.state
+        if self.command == "OPTIONS":
+            return True
+        if path.startswith(("/health", "/metrics")):
+            return True
+        if st.version >= (0, 5, 23) and path.startswith("/ready"):
+            return True
+        auth = self.headers.get("Authorization")
+        if path in ADMIN_OPTIONAL and st.admin_api_key:
+            return auth == "Bearer " + st.admin_api_key
+        if st.api_key:
+            return auth == "Bearer " + st.api_key
+        return True
+
+    def _dispatch(self):
+        path = urlsplit(self.path).path
+        st = self.state
+        allowed = any(path in paths for paths in st.routes.values())
+        if st.version >= (0, 5, 23) and path.startswith("/v1/models/"):
+            allowed = True
+        if not allowed:
+            return self._json(404, {"detail": "Not Found"})
+        if not self._authorized(path):
+            return self._json(401, {"error": "Unauthorized"})
+        if path not in st.routes.get(self.command, ()) and not (
+                self.command in ("GET", "HEAD") and path.startswith("/v1/models/")):
+            return self._json(405, {"detail": "Method Not Allowed"})
+        try:
+            return self._route(path)
+        except BadRequest as exc:
+            return self._json(400, {"object": "error", "message": str(exc),
+                                    "type": "BadRequest", "param": None, "code": 400})
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+            return None
+
+    do_GET = do_POST = do_PUT = do_HEAD = _dispatch
+
+    # ---- routes ----
+    def _route(self, path):
+        st = self.state
+        if path in ("/health", "/health_generate"):
+            if path == "/health" and st.version < (0, 5):
+                return self._send(200)  # 0.4.6.post5: unconditional
+            return self._send(200 if st.up else 503)
+        if path in ("/ready", "/ping"):
+            return self._send(200 if st.up else 503)
+        if path in ("/model_info", "/get_model_info"):
+            return self._json(200, st.model_info())
+        if path in ("/server_info", "/get_server_info"):
+            return self._json(200, st.server_info())
+        if path == "/v1/models":
+            return self._json(200, {"object": "list", "data": [self._model_card()]})
+        if path.startswith("/v1/models/"):
+            name = path[len("/v1/models/"):]
+            if name not in (st.served_model_name, st.model_path):
+                return self._json(404, {"error": {
+                    "message": "The model '%s' does not exist" % name,
+                    "type": "invalid_request_error", "param": "model",
+                    "code": "model_not_found"}})
+            return self._json(200, self._model_card())
+        if path == "/":
+            return self._send(200, b"SGLang is running", "text/plain; charset=utf-8")
+        if path == "/flush_cache":
+            return self._send(200, b"Cache flushed.\nPlease check backend logs for more "
+                                   b"details. (When there are running or waiting requests, "
+                                   b"the operation will not be performed.)\n",
+                              "text/plain; charset=utf-8")
+        if path == "/metrics":
+            return self._send(200, st.metrics().encode(), "text/plain; version=0.0.4")
+        if path == "/generate":
+            return self._generate()
+        if path == "/v1/completions":
+            return self._openai(chat=False)
+        if path == "/v1/chat/completions":
+            return self._openai(chat=True)
+        return self._json(404, {"detail": "Not Found"})
+
+    def _model_card(self):
+        st = self.state
+        return {"id": st.served_model_name, "object": "model",
+                "created": int(st.startup_time), "owned_by": "sglang",
+                "root": st.served_model_name, "parent": None,
+                "max_model_len": st.context_length()}
+
+    def _generate(self):
+        st = self.state
+        body = self._read_json()
+        text, input_ids = body.get("text"), body.get("input_ids")
+        if text is None and input_ids is None:
+            raise BadRequest("Either text or input_ids should be provided.")
+        sp = body.get("sampling_params") or {}
+        if isinstance(sp, list):
+            sp = sp[0] if sp else {}
+        n_out = _int_param(sp.get("max_new_tokens"), "max_new_tokens",
+                           DEFAULT_MAX_NEW_TOKENS)
+        batch = (isinstance(text, list) or
+                 (isinstance(input_ids, list) and input_ids and
+                  isinstance(input_ids[0], list)))
+        prompts = (text if isinstance(text, list) else
+                   input_ids if batch else [text if text is not None else input_ids])
+        if batch and body.get("stream"):
+            raise BadRequest("the emulator does not stream batched /generate requests")
+        rid = uuid.uuid4().hex
+        seed = 0
+        if not body.get("stream"):
+            results = []
+            for idx, prompt in enumerate(prompts):
+                n_prompt = (len(prompt) if isinstance(prompt, list)
+                            else _engine.prompt_tokens(prompt))
+                t0 = time.monotonic()
+                toks = list(st.engine.generate(n_out, n_prompt))
+                results.append({
+                    "text": "".join(_engine.token_text(i, seed) for i in toks),
+                    "output_ids": [1000 + (i * 7 + seed) % len(_engine.WORDS) for i in toks],
+                    "meta_info": self._meta(rid if not batch else "%s-%d" % (rid, idx),
+                                            n_prompt, len(toks), n_out, time.monotonic() - t0),
+                })
+            return self._json(200, results if batch else results[0])
+        prompt = prompts[0]
+        n_prompt = len(prompt) if isinstance(prompt, list) else _engine.prompt_tokens(prompt)
+        self._stream_start()
+        parts = []
+        t0 = time.monotonic()
+        for i in st.engine.generate(n_out, n_prompt):
+            parts.append(_engine.token_text(i, seed))
+            self._event({"text": "".join(parts),
+                         "meta_info": self._meta(rid, n_prompt, i + 1, n_out,
+                                                 time.monotonic() - t0)})
+        self._stream_end()
+        return None
+
+    @staticmethod
+    def _meta(rid, n_prompt, done, n_out, elapsed):
+        finished = done >= n_out
+        return {"id": rid,
+                "finish_reason": ({"type": "length", "length": n_out} if finished else None),
+                "prompt_tokens": n_prompt, "completion_tokens": done, "cached_tokens": 0,
+                "e2e_latency": round(elapsed, 6)}
+
+    def _openai(self, chat):
+        st = self.state
+        body = self._read_json()
+        if chat:
+            messages = body.get("messages")
+            if not isinstance(messages, list) or not messages:
+                raise BadRequest("messages must be a non-empty list")
+            n_prompt = _words_of_messages(messages)
+        else:
+            if "prompt" not in body:
+                raise BadRequest("prompt is required")
+            n_prompt = _prompt_count(body.get("prompt"))
+        max_tokens = body.get("max_completion_tokens") if chat else None
+        if max_tokens is None:
+            max_tokens = body.get("max_tokens")
+        n_out = _int_param(max_tokens, "max_tokens", DEFAULT_MAX_NEW_TOKENS)
+        model = body.get("model") or st.served_model_name
+        rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+        created = int(time.time())
+        obj = "chat.completion" if chat else "text_completion"
+
+        def usage(done):
+            return {"prompt_tokens": n_prompt, "completion_tokens": done,
+                    "total_tokens": n_prompt + done, "prompt_tokens_details": None}
+
+        if not body.get("stream"):
+            toks = list(st.engine.generate(n_out, n_prompt))
+            text = "".join(_engine.token_text(i) for i in toks)
+            choice = {"index": 0, "logprobs": None, "finish_reason": "length",
+                      "matched_stop": None}
+            if chat:
+                choice["message"] = {"role": "assistant", "content": text,
+                                     "reasoning_content": None, "tool_calls": None}
+            else:
+                choice["text"] = text
+            return self._json(200, {"id": rid, "object": obj, "created": created,
+                                    "model": model, "choices": [choice],
+                                    "usage": usage(len(toks))})
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        chunk_obj = "chat.completion.chunk" if chat else "text_completion"
+        self._stream_start()
+        if chat:
+            self._event({"id": rid, "object": chunk_obj, "created": created, "model": model,
+                         "choices": [{"index": 0, "delta": {"role": "assistant",
+                                                            "content": ""},
+                                      "logprobs": None, "finish_reason": None}],
+                         "usage": None})
+        done = 0
+        for i in st.engine.generate(n_out, n_prompt):
+            done = i + 1
+            last = done >= n_out
+            choice = {"index": 0, "logprobs": None,
+                      "finish_reason": "length" if last else None,
+                      "matched_stop": None}
+            if chat:
+                choice["delta"] = {"content": _engine.token_text(i)}
+            else:
+                choice["text"] = _engine.token_text(i)
+            self._event({"id": rid, "object": chunk_obj, "created": created,
+                         "model": model, "choices": [choice], "usage": None})
+        if include_usage:
+            self._event({"id": rid, "object": chunk_obj, "created": created, "model": model,
+                         "choices": [], "usage": usage(done)})
+        self._stream_end()
+        return None
+
+
+class EmulatorHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+    request_queue_size = 1024
+    allow_reuse_address = True
+
+
+def make_server(state, host, port):
+    handler = type("BoundHandler", (Handler,), {"state": state})
+    cls = EmulatorHTTPServer
+    if ":" in host:
+        cls = type("EmulatorHTTPServer6", (EmulatorHTTPServer,),
+                   {"address_family": socket.AF_INET6})
+    threading.stack_size(512 * 1024)
+    return cls((host, port), handler)

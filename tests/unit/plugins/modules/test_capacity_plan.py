@@ -1,0 +1,138 @@
+# -*- coding: utf-8 -*-
+"""Unit tests of gpufleet.sglang.capacity_plan, driven through main() with a tmp model dir."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import os
+import shutil
+
+import pytest
+
+from ansible.module_utils.testing import patch_module_args
+
+from ansible_collections.gpufleet.sglang.plugins.modules import capacity_plan
+
+MODELS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "models")
+RTX = 97887
+
+
+def run_module(args, capsys):
+    with patch_module_args(args):
+        with pytest.raises(SystemExit) as exc:
+            capacity_plan.main()
+    result = json.loads(capsys.readouterr().out)
+    return exc.value.code, result
+
+
+@pytest.fixture
+def k25_dir(tmp_path):
+    shutil.copy(os.path.join(MODELS, "moonshotai__Kimi-K2.5", "config.json"), str(tmp_path))
+    return str(tmp_path)
+
+
+@pytest.fixture
+def k2_fp8_dir(tmp_path):
+    shutil.copy(os.path.join(MODELS, "moonshotai__Kimi-K2-Instruct", "config.json"), str(tmp_path))
+    return str(tmp_path)
+
+
+def test_presets_and_table(k25_dir, capsys):
+    rc, result = run_module({
+        "model_path": k25_dir, "gpu_count": 8, "gpu_memory_mib": RTX,
+        "strategies": ["tp8", "pp8", "ep8", "ep4"],
+    }, capsys)
+    assert rc == 0 and result["changed"] is False
+    names = [plan["name"] for plan in result["plans"]]
+    assert names == ["tp8", "pp8", "ep8", "ep4"]
+    by_name = dict((plan["name"], plan) for plan in result["plans"])
+    assert by_name["pp8"]["layout"] == {"tp": 1, "pp": 8, "ep": 1, "dp": 1, "dp_attention": False}
+    assert by_name["pp8"]["pp_layer_partition"] == "8,8,8,8,8,7,7,7"
+    assert by_name["pp8"]["default_pp_partition"] == "7,7,7,8,8,8,8,8"
+    assert by_name["ep4"]["layout"]["ep"] == 4 and by_name["ep4"]["layout"]["tp"] == 8
+    assert by_name["tp8"]["pp_layer_partition"] is None
+    assert all(plan["fits"] for plan in result["plans"])
+    assert len(by_name["tp8"]["weights_per_gpu_gib"]) == 8
+    model = result["model"]
+    assert model["architecture"] == "KimiK25ForConditionalGeneration"
+    assert model["quantization"] == "int4-group32"
+    assert 540 < model["total_weight_gib"] < 570
+    assert model["total_weight_bytes"] > 500 * 2 ** 30
+    assert 1.0e12 < model["parameters"] < 1.05e12
+    table = result["table"]
+    assert len(table) == 3 + 4
+    assert any(line.startswith("pp8") and "8,8,8,8,8,7,7,7" in line for line in table)
+
+
+def test_grammar_and_dict_strategies(k25_dir, capsys):
+    rc, result = run_module({
+        "model_path": k25_dir, "gpu_count": 8, "gpu_memory_mib": RTX,
+        "strategies": ["tp2-pp4", {"tp": 1, "pp": 8, "name": "pp8-default",
+                                   "pp_layer_partition": "7,7,7,8,8,8,8,8"}],
+        "mem_fraction_static": 0.85, "kv_dtype": "fp8_e4m3",
+    }, capsys)
+    assert rc == 0
+    tp2pp4, pp8 = result["plans"]
+    assert tp2pp4["layout"]["tp"] == 2 and tp2pp4["layout"]["pp"] == 4
+    assert len(tp2pp4["weights_per_gpu_gib"]) == 8
+    assert pp8["name"] == "pp8-default" and pp8["pp_stage_layers"] == [7, 7, 7, 8, 8, 8, 8, 8]
+    assert pp8["pp_layer_partition"] is None
+    assert pp8["mem_fraction_static"] == 0.85
+    assert pp8["kv_bytes_per_token_per_gpu"] == 576 * 1 * 8
+
+
+def test_layout_for_other_gpu_count_is_a_plan_error(k25_dir, capsys):
+    rc, result = run_module({
+        "model_path": k25_dir, "gpu_count": 8, "gpu_memory_mib": RTX, "strategies": ["tp16", "tp8"],
+    }, capsys)
+    assert rc == 0
+    assert "needs 16 GPUs" in result["plans"][0]["error"] and not result["plans"][0]["fits"]
+    assert result["plans"][1]["fits"]
+    rc, result = run_module({
+        "model_path": k25_dir, "gpu_count": 8, "nnodes": 2, "gpu_memory_mib": RTX, "strategies": ["tp16"],
+    }, capsys)
+    assert rc == 0 and result["plans"][0]["gpus"] == 16
+
+
+def test_fp8_refused_on_96gb_fits_on_h200(k2_fp8_dir, capsys):
+    rc, result = run_module({
+        "model_path": k2_fp8_dir, "gpu_count": 8, "gpu_memory_mib": RTX, "strategies": ["tp8"],
+    }, capsys)
+    assert rc == 0 and not result["plans"][0]["fits"]
+    rc, result = run_module({
+        "model_path": k2_fp8_dir, "gpu_count": 8, "gpu_memory_mib": 143771, "strategies": ["tp8"],
+        "context_length": 32768,
+    }, capsys)
+    assert rc == 0 and result["plans"][0]["fits"]
+
+
+def test_bad_strategy_fails(k25_dir, capsys):
+    rc, result = run_module({
+        "model_path": k25_dir, "gpu_count": 8, "gpu_memory_mib": RTX, "strategies": ["tp8x"],
+    }, capsys)
+    assert rc == 1 and "invalid strategy" in result["msg"]
+
+
+def test_missing_config_fails(tmp_path, capsys):
+    rc, result = run_module({
+        "model_path": str(tmp_path), "gpu_count": 8, "gpu_memory_mib": RTX, "strategies": ["tp8"],
+    }, capsys)
+    assert rc == 1 and "no config.json" in result["msg"]
+
+
+def test_unknown_model_fails(tmp_path, capsys):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "mamba", "hidden_size": 8}))
+    rc, result = run_module({
+        "model_path": str(tmp_path), "gpu_count": 1, "gpu_memory_mib": RTX, "strategies": ["tp1"],
+    }, capsys)
+    assert rc == 1 and "cannot plan" in result["msg"] and "mamba" in result["msg"]
+
+
+def test_check_mode_runs(k25_dir, capsys):
+    rc, result = run_module({
+        "model_path": k25_dir, "gpu_count": 8, "gpu_memory_mib": RTX, "strategies": ["tp8"],
+        "_ansible_check_mode": True,
+    }, capsys)
+    assert rc == 0 and result["plans"][0]["fits"]

@@ -1,0 +1,122 @@
+import os
+import stat
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from ansible_collections.gpufleet.sglang.plugins.modules import server_health
+
+
+class FakeServer:
+    """Answers 503 on the readiness route until ``ready_after`` seconds, then 200."""
+
+    def __init__(self, ready_after, route="/health"):
+        self.ready_at = time.monotonic() + ready_after
+        self.hits = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                outer.hits.append(self.path)
+                if self.path != route:
+                    code = 404
+                else:
+                    code = 200 if time.monotonic() >= outer.ready_at else 503
+                self.send_response(code)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.httpd.server_address[1]
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_waits_for_readiness_not_liveness(run_module):
+    srv = FakeServer(ready_after=1.0, route="/health")
+    try:
+        result, failed = run_module(server_health, {
+            "url": "http://127.0.0.1:%d" % srv.port, "release": "0.5.9",
+            "timeout": 20, "interval": 0.1})
+    finally:
+        srv.close()
+    assert not failed, result
+    assert result["path"] == "/health"
+    assert result["last_status"] == 200
+    assert 0.9 <= result["elapsed"] < 5
+    assert result["polls"] >= 3  # 503s were seen before the 200
+    assert set(srv.hits) == {"/health"}
+    assert result["changed"] is False
+
+
+def test_route_follows_release(run_module):
+    srv = FakeServer(ready_after=0, route="/ready")
+    try:
+        result, failed = run_module(server_health, {
+            "url": "http://127.0.0.1:%d" % srv.port, "release": "0.5.23", "timeout": 5, "interval": 0.1})
+    finally:
+        srv.close()
+    assert not failed and result["path"] == "/ready"
+
+
+def test_times_out_when_the_port_never_opens(run_module):
+    import socket
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    start = time.monotonic()
+    result, failed = run_module(server_health, {
+        "url": "http://127.0.0.1:%d" % port, "release": "0.5.9", "timeout": 1, "interval": 0.2})
+    assert failed
+    assert "port %d never opened" % port in result["msg"]
+    assert time.monotonic() - start < 5
+
+
+def _fake_bin(tmp_path, name, body):
+    path = tmp_path / name
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+
+
+def test_fails_fast_with_the_journal_when_the_unit_fails(run_module, tmp_path, monkeypatch):
+    # the unit is active at first, then fails (the second `systemctl show`)
+    _fake_bin(tmp_path, "systemctl", """
+count_file=%s/count
+n=$(cat "$count_file" 2>/dev/null || echo 0); n=$((n+1)); echo $n > "$count_file"
+if [ $n -le 1 ]; then
+  printf 'ActiveState=activating\\nSubState=start\\nResult=success\\nNRestarts=0\\nMainPID=42\\n'
+else
+  printf 'ActiveState=failed\\nSubState=failed\\nResult=exit-code\\nNRestarts=0\\nMainPID=0\\n'
+fi
+""" % tmp_path)
+    _fake_bin(tmp_path, "journalctl", "echo 'RuntimeError: CUDA out of memory'\n")
+    monkeypatch.setenv("PATH", "%s:%s" % (tmp_path, os.environ["PATH"]))
+    start = time.monotonic()
+    result, failed = run_module(server_health, {
+        "url": "http://127.0.0.1:9", "release": "0.5.9", "timeout": 600,
+        "interval": 0.1, "unit": "sglang.service"})
+    assert failed
+    assert "failed state" in result["msg"]
+    assert "CUDA out of memory" in result["msg"]
+    assert result["journal"] == ["RuntimeError: CUDA out of memory"]
+    assert time.monotonic() - start < 10
+
+
+@pytest.mark.parametrize("args, msg", [
+    ({"release": "0.5.9", "timeout": -1}, "timeout must be greater than 0"),
+    ({"release": "0.5.9", "url": "localhost:30000"}, "url must start with http"),
+    ({"release": "nightly"}, "cannot read an SGLang version"),
+    ({"path": "health"}, "path must start with '/'"),
+])
+def test_bad_input(run_module, args, msg):
+    result, failed = run_module(server_health, args)
+    assert failed and msg in result["msg"]
