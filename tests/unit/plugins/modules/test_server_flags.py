@@ -3,6 +3,7 @@
 
 import json
 import os
+import shutil
 import stat
 import sys
 import time
@@ -34,6 +35,9 @@ if args[:1] == ["-c"]:
 if args[:3] == ["-m", "sglang.launch_server", "--help"]:
     with open(os.path.join(here, "help-count.txt"), "a") as f:
         f.write("COLUMNS=%s\n" % os.environ.get("COLUMNS"))
+    if state.get("help_sleep"):
+        import time
+        time.sleep(state["help_sleep"])
     if state.get("help_rc"):
         sys.stderr.write("Traceback (most recent call last):\nImportError: boom\n")
         sys.exit(state["help_rc"])
@@ -235,6 +239,17 @@ def test_failing_help_reports_cmd_rc_stderr(tmp_path, capsys):
     assert "ImportError: boom" in result["stderr"]
     assert "--help" in result["cmd"]
     assert "0.5.9" in result["msg"]
+
+
+@pytest.mark.skipif(not shutil.which("timeout"), reason="no timeout binary")
+def test_help_timeout(tmp_path, capsys):
+    fake = Fake(tmp_path, "0.5.9")
+    fake.set(help_sleep=30)
+    started = time.monotonic()
+    failed, result = run_module(fake.args(timeout=1), capsys)
+    assert time.monotonic() - started < 20
+    assert failed and "timed out" in result["msg"] and "0.5.9" in result["msg"]
+    assert result["rc"] == 124 and "cmd" in result
 
 
 def test_failing_release_query_reports_cmd_rc_stderr(tmp_path, capsys):

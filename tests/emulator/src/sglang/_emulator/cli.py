@@ -208,6 +208,18 @@ def build_parser(release, data=None):
     return parser, defaults
 
 
+# Up to 0.5.9 the long names come first and set argparse's dest; ServerArgs.from_cli_args
+# copies them onto its own fields (tp_size, ...). Do the same.
+DEST_TO_FIELD = {
+    "tensor_parallel_size": "tp_size",
+    "pipeline_parallel_size": "pp_size",
+    "data_parallel_size": "dp_size",
+    "expert_parallel_size": "ep_size",
+    "attention_context_parallel_size": "attn_cp_size",
+    "moe_data_parallel_size": "moe_dp_size",
+}
+
+
 def parse(release, argv):
     """Parse ``argv`` like the real CLI; returns a dict of all server args."""
     parser, defaults = build_parser(release)
@@ -215,5 +227,5 @@ def parse(release, argv):
     args = {}
     for dest, default in defaults.items():
         val = getattr(ns, dest, UNSET)
-        args[dest] = default if val is UNSET else val
+        args[DEST_TO_FIELD.get(dest, dest)] = default if val is UNSET else val
     return args

@@ -49,19 +49,19 @@ def _install_signals():
     signal.signal(signal.SIGINT, on_term)
 
 
+def _scheduler_init(exc):
+    """Stand-in for the scheduler subprocess's model/device init; dies with ``exc``."""
+    raise exc
+
+
 def _die_in_scheduler(exc, prefix):
     """Print the exception as the scheduler subprocess would, then the parent's line."""
     try:
-        raise exc
+        _scheduler_init(exc)
     except BaseException:  # pylint: disable=broad-except
         log("Scheduler hit an exception: " + traceback.format_exc().rstrip("\n"), prefix)
     log("Received sigquit from a child process. It usually means the child failed.")
     return 1
-
-
-def _init_torch_distributed(lay):
-    """Stand-in for the scheduler's device / process-group init; raises like it."""
-    raise lay.exc_type(lay.message)
 
 
 def _load_weights(seconds, fault, prefix):
@@ -128,10 +128,13 @@ def main(argv):
                                         lay["nnodes"], lay["node_rank"]))
     for w in warnings:
         log(w)
+    refused = None
     try:
         _layout.validate(lay, lay["gpus_per_node"])
     except _layout.LayoutError as exc:
-        return _die_in_scheduler_from(exc, prefix)
+        refused = exc
+    if refused is not None:
+        return _die_in_scheduler(refused.exc_type(refused.message), prefix)
     if fault == "crash-on-start":
         log("sglang emulator fault crash-on-start: exiting with status 1.", prefix)
         return 1
@@ -164,14 +167,6 @@ def main(argv):
             _exit_now(1)
         links.monitor(lost)
     return _serve(release, args, lay, rates, argv, fault)
-
-
-def _die_in_scheduler_from(lay_exc, prefix):
-    try:
-        _init_torch_distributed(lay_exc)
-    except BaseException as exc:  # pylint: disable=broad-except
-        return _die_in_scheduler(exc, prefix)
-    return 1
 
 
 def _worker_loop(sock, prefix):

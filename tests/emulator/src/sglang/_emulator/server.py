@@ -94,8 +94,8 @@ class State:
                 val = "<redacted>"
             info[key] = val
         lay = self.layout
-        info.update({k: lay[k] for k in ("tp_size", "pp_size", "ep_size", "dp_size",
-                                          "nnodes", "node_rank")})
+        for key in ("tp_size", "pp_size", "ep_size", "dp_size", "nnodes", "node_rank"):
+            info[key] = lay[key]
         if "attn_dp_size" in self.args or lay["enable_dp_attention"]:
             info["attn_dp_size"] = lay["attn_dp_size"]
         info["enable_dp_attention"] = lay["enable_dp_attention"]

@@ -1,0 +1,96 @@
+# -*- coding: utf-8 -*-
+"""The benchmark filters and the bench_report module (issue 6), in-process."""
+
+import json
+import os
+
+import pytest
+
+from ansible.errors import AnsibleFilterError
+from ansible.module_utils import basic
+from ansible.module_utils.testing import patch_module_args
+
+from ansible_collections.gpufleet.sglang.plugins.filter import bench as bench_filters
+from ansible_collections.gpufleet.sglang.plugins.module_utils._bench import png_size
+from ansible_collections.gpufleet.sglang.plugins.modules import bench_report
+
+from conftest import FIXTURES
+from test_bench import DATA, RUNS, rebuild_bench_parser
+
+
+def test_filters_are_exported():
+    names = set(bench_filters.FilterModule().filters())
+    assert names == {"bench_serving_argv", "aiperf_argv", "bench_parse", "bench_serving_module"}
+
+
+def test_bench_serving_argv_filter_checks_the_help_text():
+    with open(os.path.join(FIXTURES, "sglang-help", "bench", "bench_serving-0.5.23.txt")) as handle:
+        help_text = handle.read()
+    run = {"python": "/opt/sglang/0.5.23/bin/python", "release": "0.5.23",
+           "base_url": "http://127.0.0.1:30000", "tokenizer": "/models/kimi", "concurrency": "16",
+           "num_prompts": 64, "input_len": 1024, "output_len": 256, "output_file": "/o.jsonl",
+           "seed": 42, "warmup_requests": 1, "extra_args": {}, "model": ""}
+    argv = bench_filters.bench_serving_argv_filter(run, help_text)
+    ns = rebuild_bench_parser().parse_args(argv[3:])
+    assert ns.max_concurrency == 16 and ns.model is None
+    with pytest.raises(AnsibleFilterError, match="unknown keys"):
+        bench_filters.bench_serving_argv_filter(dict(run, concurency=4))
+    with pytest.raises(AnsibleFilterError, match="has no --nope"):
+        bench_filters.bench_serving_argv_filter(dict(run, extra_args={"--nope": 1}), help_text)
+
+
+def test_bench_parse_filter():
+    with open(os.path.join(DATA, "aiperf-0.13.0-emulator-ep8-c4.json")) as handle:
+        res = bench_filters.bench_parse(handle.read(), "aiperf", strategy="ep8", concurrency=4)
+    assert res["strategy"] == "ep8" and res["concurrency"] == 4
+    with pytest.raises(AnsibleFilterError, match="bench_serving result of ep8"):
+        bench_filters.bench_parse("", "bench_serving", strategy="ep8")
+
+
+class _Exit(Exception):
+    pass
+
+
+@pytest.fixture
+def run_module(monkeypatch):
+    def leave(self, **kwargs):
+        kwargs["_failed"] = kwargs.get("failed", False)
+        raise _Exit(kwargs)
+
+    def fail(self, **kwargs):
+        kwargs["_failed"] = True
+        raise _Exit(kwargs)
+
+    monkeypatch.setattr(basic.AnsibleModule, "exit_json", leave)
+    monkeypatch.setattr(basic.AnsibleModule, "fail_json", fail)
+
+    def run(args):
+        with patch_module_args(args):
+            try:
+                bench_report.main()
+            except _Exit as done:
+                json.dumps(done.args[0])
+                return done.args[0]
+        raise AssertionError("no exit")
+    return run
+
+
+def test_bench_report_module_writes_md_json_png_once(run_module, tmp_path):
+    pytest.importorskip("matplotlib")
+    dest = str(tmp_path / "reports" / "compare-x")
+    args = {"runs": RUNS, "refused": {"tp4": "doctor: 4 GPUs"}, "objective": "throughput",
+            "strategies": ["tp8", "pp8", "ep8", "ep4", "tp4"], "dest": dest}
+    res = run_module(args)
+    assert not res["_failed"] and res["changed"] and res["winner"] == "ep8"
+    assert res["files"] == [dest + ".md", dest + ".json", dest + ".png"]
+    with open(dest + ".png", "rb") as handle:
+        assert png_size(handle.read()) == (800, 500)
+    with open(dest + ".json") as handle:
+        assert json.load(handle)["refused"] == {"tp4": "doctor: 4 GPUs"}
+    assert any("refused: doctor: 4 GPUs" in line for line in res["table"])
+    again = run_module(args)
+    assert not again["changed"]
+    latency = run_module(dict(args, objective="latency", _ansible_check_mode=True))
+    assert latency["winner"] == "ep8" and latency["changed"]  # would rewrite md/json
+    with open(dest + ".md") as handle:
+        assert "Winner (throughput)" in handle.read()  # check mode wrote nothing
