@@ -72,7 +72,7 @@ def parse_strategy(name):
     match = _GRAMMAR.match(text)
     if not match:
         raise StrategyError(
-            "unknown strategy %r; valid forms: %s" % (_shorten(name), VALID_FORMS)
+            "unknown strategy %s; valid forms: %s" % (_shorten(name), VALID_FORMS)
         )
     groups = match.groupdict()
     layout = {

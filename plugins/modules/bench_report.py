@@ -15,11 +15,11 @@ author: gpufleet developers (@gpufleet)
 description:
   - Summarizes benchmark results (as made by the P(gpufleet.sglang.bench_parse#filter)
     filter) per strategy - single-request tok/s, TTFT and ITL, aggregate output tok/s per
-    concurrency and the peak - lists refused strategies as C(refused: <reason>) and picks
+    concurrency and the peak - lists refused strategies as C(refused <reason>) and picks
     the winner for O(objective).
   - Writes O(dest)C(.md) (markdown table), O(dest)C(.json) and, when matplotlib can be
     imported, O(dest)C(.png) (throughput against concurrency, one line per strategy).
-  - Run it on the controller (C(delegate_to: localhost)).
+  - Run it on the controller (delegate it to C(localhost)).
 requirements:
   - matplotlib (for the chart only)
 extends_documentation_fragment:

@@ -23,9 +23,9 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils import _bench
 from ansible_collections.gpufleet.sglang.plugins.module_utils._bench import BenchError
 from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_help import parse_help
 
-from conftest import FIXTURES
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(HERE))), "fixtures")
 DATA = os.path.join(HERE, "data")
 BENCH = os.path.join(FIXTURES, "sglang-help", "bench")
 
@@ -220,8 +220,12 @@ def bench_line(keys, **values):
 def test_bench_line_really_has_bare_infinity():
     line = bench_line(KEYS_0_5_23)
     assert '"request_rate": Infinity' in line
+
+    def strict(name):
+        raise ValueError(name)
+
     with pytest.raises(ValueError):
-        json.loads(line, parse_constant=lambda name: (_ for _ in ()).throw(ValueError(name)))
+        json.loads(line, parse_constant=strict)
 
 
 @pytest.mark.parametrize("keys", [KEYS_0_5_23, KEYS_0_4_6], ids=["0.5.23", "0.4.6.post5"])

@@ -14,8 +14,7 @@ from ansible_collections.gpufleet.sglang.plugins.filter import bench as bench_fi
 from ansible_collections.gpufleet.sglang.plugins.module_utils._bench import png_size
 from ansible_collections.gpufleet.sglang.plugins.modules import bench_report
 
-from conftest import FIXTURES
-from test_bench import DATA, RUNS, rebuild_bench_parser
+from test_bench import DATA, FIXTURES, RUNS, rebuild_bench_parser
 
 
 def test_filters_are_exported():

@@ -1,0 +1,375 @@
+# -*- coding: utf-8 -*-
+"""Integration: bad input to ``playbooks/deploy.yml`` is refused, clearly, and leaves the
+server that already runs untouched.
+
+A session fixture creates one systemd container of the test bed (its own inventory,
+``tests/integration/bad_input_inventory/``: container gpufleet-bad-1, HTTP on 127.0.0.1:39201,
+SSH on 127.0.0.1:22401), prepares it, deploys strategy pp8 once and destroys the container
+at the end. Each case is then one ``ansible-playbook playbooks/deploy.yml -e ...`` run that
+must fail (rc != 0) with a message naming the input, while the unit's main PID, the
+emulator's start count, the unit and environment files and ``/health`` stay as they were.
+Two inputs that look dangerous but are valid (an API key with shell metacharacters, a
+non-ASCII served model name) must be accepted instead, restart the server exactly once,
+and are restored afterwards.
+
+The results become docs/bad-input.md (tests/integration/bad_input_report.py) when every
+case ran. Runs only with GPUFLEET_INTEGRATION=1 (about 6 minutes on 2 cores).
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+
+from bad_input_report import write_report  # noqa: E402  pylint: disable=wrong-import-position
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(os.environ.get("GPUFLEET_INTEGRATION") != "1",
+                       reason="set GPUFLEET_INTEGRATION=1 to run the integration tests"),
+]
+
+INVENTORY = os.path.join(HERE, "bad_input_inventory")
+HOST = "gpufleet-bad-1"
+HTTP_PORT = 39201
+RELEASE = "0.5.9"
+VENV_PYTHON = "/opt/sglang/%s/bin/python" % RELEASE
+REPORT = os.path.join(ROOT, "docs", "bad-input.md")
+BIN = os.path.dirname(sys.executable)
+
+# A key a shell would love to interpret: quotes, $(), backticks, ;, |, &, <, >, \, %, spaces.
+SHELL_KEY = "k3y'\"$(touch /tmp/pwned);`id`|&<>\\ %n ${HOME} #"
+UNICODE_NAME = "Kimi-K2.5-日本語"
+
+# --- in-container helpers the cases need -------------------------------------------------
+JUNK_PYTHON = "#!/bin/sh\necho '@@@ this is not python @@@'\necho 'usage: ??? {garbage'\nexit 0\n"
+JUNK_HELP_PYTHON = (
+    "#!/bin/sh\n"
+    "# the real venv interpreter, except that launch_server --help prints junk\n"
+    "if [ \"$1\" = -m ]; then printf '\\033[31m%%%% no argparse here %%%%\\033[0m\\n"
+    "<html>500 Internal Server Error</html>\\n'; exit 0; fi\n"
+    "exec " + VENV_PYTHON + " \"$@\"\n"
+)
+HTTP_SERVER_PIDFILE = "/run/gpufleet-bad-http.pid"
+
+
+def _env():
+    env = dict(os.environ)
+    env.setdefault("CONTAINERS_CONF", os.path.join(ROOT, "tests", "testbed", "containers.conf"))
+    env.update(ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
+               ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1", ANSIBLE_FORKS="1",
+               PATH=BIN + os.pathsep + env.get("PATH", ""))
+    return env
+
+
+def podman_exec(*cmd, check=True, detach=False):
+    argv = ["podman", "exec"] + (["-d"] if detach else []) + [HOST] + list(cmd)
+    proc = subprocess.run(argv, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True, timeout=60, check=False)
+    if check:
+        assert proc.returncode == 0, (argv, proc.stdout, proc.stderr)
+    return proc
+
+
+def playbook(path, *args, json_out=False, timeout=300):
+    env = _env()
+    if json_out:
+        env["ANSIBLE_STDOUT_CALLBACK"] = "ansible.posix.json"
+    argv = [os.path.join(BIN, "ansible-playbook"), "-i", INVENTORY, path] + list(args)
+    return subprocess.run(argv, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True, timeout=timeout, check=False)
+
+
+def health():
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d/health" % HTTP_PORT, timeout=5) as resp:
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except OSError:
+        return -1
+
+
+def observe():
+    """Main PID, start count and file checksums of the server, and /health."""
+    script = (
+        "systemctl show -p MainPID --value sglang; "
+        "wc -l < /var/lib/sglang/emulator/starts.jsonl; "
+        "sha1sum /etc/systemd/system/sglang.service /etc/sglang/sglang.env | cut -d' ' -f1"
+    )
+    lines = podman_exec("sh", "-c", script).stdout.split()
+    return {"main_pid": int(lines[0]), "starts": int(lines[1]), "unit_sha1": lines[2],
+            "env_sha1": lines[3], "health": health()}
+
+
+def failure(proc):
+    """(task name, message) of the first failure of a JSON-callback run, else stderr."""
+    try:
+        data = json.loads(proc.stdout)
+    except ValueError:
+        data = {}
+    for play in data.get("plays", []):
+        for task in play.get("tasks", []):
+            for _host, res in sorted(task.get("hosts", {}).items()):
+                if res.get("failed") or res.get("unreachable"):
+                    msg = res.get("msg") or res.get("censored") or json.dumps(res)[:800]
+                    if isinstance(msg, list):
+                        msg = " ".join(str(m) for m in msg)
+                    return task["task"]["name"], msg
+    lines = [ln for ln in (proc.stderr or "").splitlines() if ln.strip()
+             and not ln.startswith("[WARNING]")]
+    return "(ansible-playbook itself)", " ".join(lines)[-1500:]
+
+
+# --- the cases ------------------------------------------------------------------------------
+# id, input as written in the table, extra vars, expected substring(s) of the message,
+# optional setup (run in the container before the deploy).
+def _case(cid, shown, extra, expect, setup=None):
+    return pytest.param({"id": cid, "shown": shown, "extra": extra, "expect": expect,
+                         "setup": setup}, id=cid)
+
+
+def _setup_http_server():
+    podman_exec("sh", "-c", "echo $$ > %s; exec python3 -m http.server 31555" % HTTP_SERVER_PIDFILE,
+                detach=True)
+    for _ in range(50):
+        if podman_exec("sh", "-c", "ss -Htln 'sport = :31555' | grep -q LISTEN",
+                       check=False).returncode == 0:
+            return
+        time.sleep(0.2)
+    raise AssertionError("http.server did not listen on 31555 in the container")
+
+
+def _setup_broken_model():
+    podman_exec("sh", "-c", "mkdir -p /models/broken && printf '{\"architectures\": [\"Kimi\"], "
+                "\"num_hidden_layers\": 61,' > /models/broken/config.json")
+
+
+def _write_script(path, content):
+    proc = subprocess.run(["podman", "exec", "-i", HOST, "sh", "-c",
+                           "cat > %s && chmod 0755 %s" % (path, path)],
+                          input=content, env=_env(), universal_newlines=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+
+
+LONG_NAME = "k" * 10000
+
+CASES = [
+    _case("strategy-unknown", "strategy=tp7x", {"strategy": "tp7x"},
+          ["unknown strategy 'tp7x'", "valid forms"]),
+    _case("strategy-gpus", "strategy=tp4", {"strategy": "tp4"},
+          ["strategy 'tp4' needs tp*pp = 4*1 = 4 GPUs, but the server has 8"]),
+    _case("strategy-ep-divides", "strategy=tp8-ep3", {"strategy": "tp8-ep3"},
+          ["ep 3 does not divide tp 8"]),
+    _case("gpu-count-word", "sglang_gpu_count=eight", {"sglang_gpu_count": "eight"},
+          ['sglang_gpu_count must be a positive integer (got "eight")']),
+    _case("nnodes-single-host", "sglang_nnodes=2 (a group of one host, no rank 0 peer)",
+          {"sglang_nnodes": 2}, ["sglang_nnodes=2", "multi-node"]),
+    _case("rollout-batch-zero", "sglang_rollout_batch=0", {"sglang_rollout_batch": 0},
+          ["sglang_rollout_batch", "got 0"]),
+    _case("release-shell", "sglang_release='0.5.9;touch /tmp/pwned'",
+          {"sglang_release": "0.5.9;touch /tmp/pwned"},
+          ["sglang_release must be a version", "0.5.9;touch /tmp/pwned"]),
+    _case("venv-release-shell", "venv_release='0.5.9 $(id)'", {"venv_release": "0.5.9 $(id)"},
+          ["venv_release must be a version", "0.5.9 $(id)"]),
+    _case("capacity-mem-fraction", "capacity_mem_fraction_static=1.5",
+          {"capacity_mem_fraction_static": 1.5}, ["capacity_mem_fraction_static (1.5)"]),
+    _case("capacity-mem-fraction-word", "capacity_mem_fraction_static=most",
+          {"capacity_mem_fraction_static": "most"},
+          ['capacity_mem_fraction_static must be a number', '(got "most")']),
+    _case("extra-mem-fraction", "server_extra_args={--mem-fraction-static: 1.5}",
+          {"server_extra_args": {"--mem-fraction-static": 1.5}},
+          ["--mem-fraction-static", "(0, 1]", "1.5"]),
+    _case("extra-mem-fraction-zero", "server_extra_args={mem_fraction_static: 0}",
+          {"server_extra_args": {"mem_fraction_static": 0}},
+          ["--mem-fraction-static", "(0, 1]", "got 0"]),
+    _case("port-range", "server_port=70000", {"server_port": 70000},
+          ["server_port must be 1-65535 (got 70000)"]),
+    _case("port-word", "server_port=http", {"server_port": "http"},
+          ["server_port must be 1-65535 (got http)"]),
+    _case("port-taken", "server_port=31555 (python3 -m http.server 31555 listens there)",
+          {"server_port": 31555}, ["port 31555", "python3", "server_port"],
+          setup=_setup_http_server),
+    _case("health-timeout-negative", "server_health_timeout=-5", {"server_health_timeout": -5},
+          ["server_health_timeout must be positive (got -5)"]),
+    _case("model-missing", "sglang_model_path=/models/missing",
+          {"sglang_model_path": "/models/missing"},
+          ["/models/missing has no config.json"]),
+    _case("server-model-missing", "server_model_path=/models/missing (fleet path valid)",
+          {"server_model_path": "/models/missing"},
+          ["server_model_path", "/models/missing has no config.json"]),
+    _case("config-json-broken", "sglang_model_path=/models/broken (config.json cut short)",
+          {"sglang_model_path": "/models/broken"},
+          ["/models/broken/config.json"], setup=_setup_broken_model),
+    _case("python-junk", "server_python=/usr/local/bin/junk-python (prints junk for anything)",
+          {"server_python": "/usr/local/bin/junk-python"},
+          ["server_python /usr/local/bin/junk-python", "unexpected output"],
+          setup=lambda: _write_script("/usr/local/bin/junk-python", JUNK_PYTHON)),
+    _case("help-garbled", "server_python=<venv python whose --help prints junk>, empty flags cache",
+          {"server_python": "/usr/local/bin/junkhelp-python",
+           "server_flags_cache_dir": "/tmp/gpufleet-bad-empty-cache"},
+          ["server_python /usr/local/bin/junkhelp-python", "could not parse the '--help' output"],
+          setup=lambda: _write_script("/usr/local/bin/junkhelp-python", JUNK_HELP_PYTHON)),
+    _case("python-missing", "server_python=/opt/sglang/9.9.9/bin/python",
+          {"server_python": "/opt/sglang/9.9.9/bin/python"},
+          ["/opt/sglang/9.9.9/bin/python does not exist"]),
+    _case("flag-missing", "server_extra_args={--allowed-media-domains: example.com} (0.5.23 only)",
+          {"server_extra_args": {"--allowed-media-domains": "example.com"}},
+          ["--allowed-media-domains does not exist in sglang 0.5.9"]),
+    _case("choice-attention", "server_extra_args={--attention-backend: nonexistent}",
+          {"server_extra_args": {"--attention-backend": "nonexistent"}},
+          ["--attention-backend: value 'nonexistent' is not accepted by sglang 0.5.9"]),
+    _case("choice-parser", "server_extra_args={--tool-call-parser: kimi_k3}",
+          {"server_extra_args": {"--tool-call-parser": "kimi_k3"}},
+          ["--tool-call-parser: value 'kimi_k3' is not accepted by sglang 0.5.9"]),
+    _case("extra-list-for-scalar", "server_extra_args={--context-length: [4096, 8192]}",
+          {"server_extra_args": {"--context-length": [4096, 8192]}},
+          ["--context-length takes a single value in sglang 0.5.9"]),
+    _case("extra-dict-for-int", "server_extra_args={--max-running-requests: {a: 1}}",
+          {"server_extra_args": {"--max-running-requests": {"a": 1}}},
+          ["--max-running-requests", "invalid int value"]),
+    _case("extra-args-string", "server_extra_args='--trust-remote-code' (a string, not a mapping)",
+          {"server_extra_args": "--trust-remote-code"},
+          ["server_extra_args must be a mapping"]),
+    _case("api-key-newline", "server_api_key='abc\\ndef'", {"server_api_key": "abc\ndef"},
+          ["server_api_key", "newline"]),
+    _case("hf-token-control", "server_hf_token='hf_\\x07bell'", {"server_hf_token": "hf_\x07bell"},
+          ["server_hf_token", "control characters"]),
+    _case("name-10000", "server_served_model_name=<10,000 x 'k'>",
+          {"server_served_model_name": LONG_NAME},
+          ["server_served_model_name", "10000 characters"]),
+    _case("name-newline", "server_served_model_name='kimi\\nk2'",
+          {"server_served_model_name": "kimi\nk2"},
+          ["server_served_model_name", "control characters"]),
+]
+
+RESULTS = []
+RESULT_IDS = set()
+
+
+@pytest.fixture(scope="session")
+def fleet():
+    started = time.monotonic()
+    for step in ("create.yml", "prepare.yml"):
+        proc = playbook(os.path.join(ROOT, "tests", "testbed", step))
+        assert proc.returncode == 0, (step, proc.stdout[-3000:], proc.stderr[-2000:])
+    try:
+        proc = playbook("playbooks/deploy.yml", "-e", "strategy=pp8")
+        assert proc.returncode == 0, proc.stdout[-4000:]
+        baseline = observe()
+        assert baseline["health"] == 200 and baseline["main_pid"] > 0, baseline
+        yield {"baseline": baseline}
+    finally:
+        wall = time.monotonic() - started
+        expected = set(p.values[0]["id"] for p in CASES) | {"accepted"}
+        if RESULT_IDS >= expected:
+            write_report(REPORT, RESULTS, RELEASE, wall, HOST)
+        elif RESULTS:
+            write_report(os.path.join(ROOT, ".cache", "bad-input-partial.md"), RESULTS,
+                         RELEASE, wall, HOST)
+        if os.environ.get("GPUFLEET_KEEP_TESTBED") != "1":
+            playbook(os.path.join(ROOT, "tests", "testbed", "destroy.yml"))
+
+
+def _deploy(extra):
+    return playbook("playbooks/deploy.yml", "-e", json.dumps(extra, ensure_ascii=False),
+                    json_out=True)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_bad_input_is_refused_and_server_untouched(fleet, case):
+    before = observe()
+    assert before["health"] == 200, before
+    if case["setup"]:
+        case["setup"]()
+    try:
+        proc = _deploy(case["extra"])
+    finally:
+        if case["id"] == "port-taken":
+            podman_exec("sh", "-c", "kill $(cat %s)" % HTTP_SERVER_PIDFILE, check=False)
+    task, msg = failure(proc)
+    after = observe()
+    flat = " ".join(str(msg).split())
+    untouched = after == before
+    named = all(s in flat for s in case["expect"])
+    RESULTS.append({"id": case["id"], "input": case["shown"], "rc": proc.returncode,
+                    "task": task, "message": flat, "untouched": untouched, "expect": "refused",
+                    "as_expected": proc.returncode != 0 and untouched and named})
+    RESULT_IDS.add(case["id"])
+    assert proc.returncode != 0, "accepted: %s" % proc.stdout[-3000:]
+    assert named, "message does not name the input (%s): %s" % (case["expect"], flat)
+    assert untouched, "server touched: before %s after %s" % (before, after)
+    assert "Traceback" not in flat, flat
+
+
+def _unit_and_env():
+    proc = podman_exec("sh", "-c", "cat /etc/systemd/system/sglang.service; echo '@@@'; "
+                       "stat -c %a /etc/sglang/sglang.env; cat /etc/sglang/sglang.env")
+    unit, rest = proc.stdout.split("@@@\n", 1)
+    mode, env = rest.split("\n", 1)
+    return unit, mode, env
+
+
+def _models(key=None):
+    req = urllib.request.Request("http://127.0.0.1:%d/v1/models" % HTTP_PORT)
+    if key is not None:
+        req.add_header("Authorization", "Bearer " + key)
+    try:
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            return resp.status, json.loads(resp.read().decode("utf-8"))
+    except urllib.error.HTTPError as exc:
+        return exc.code, None
+
+
+def test_valid_but_hostile_looking_input_is_accepted(fleet):
+    """API key with shell metacharacters + non-ASCII served name: deployed, then restored."""
+    before = observe()
+    proc = _deploy({"server_api_key": SHELL_KEY, "server_served_model_name": UNICODE_NAME})
+    after = observe()
+    unit, mode, env = _unit_and_env()
+    status_key, models = _models(SHELL_KEY)
+    status_nokey, _unused = _models()
+    pwned = podman_exec("test", "-e", "/tmp/pwned", check=False).returncode == 0
+    ok = (proc.returncode == 0 and after["starts"] == before["starts"] + 1
+          and after["main_pid"] != before["main_pid"] and after["health"] == 200
+          and SHELL_KEY not in unit and "--api-key ${SGLANG_API_KEY}" in unit and mode == "600"
+          and status_key == 200 and status_nokey == 401 and not pwned
+          and [m["id"] for m in models["data"]] == [UNICODE_NAME])
+    # restore the inventory's values: one more restart, the key gone
+    restore = _deploy({})
+    restored = observe()
+    unit2, _mode2, env2 = _unit_and_env()
+    ok_restore = (restore.returncode == 0 and restored["starts"] == after["starts"] + 1
+                  and restored["unit_sha1"] == before["unit_sha1"]
+                  and restored["env_sha1"] == before["env_sha1"] and restored["health"] == 200
+                  and "SGLANG_API_KEY" not in env2 and "api-key" not in unit2)
+    for cid, shown in (("accepted-api-key", "server_api_key=%s" % SHELL_KEY),
+                       ("accepted-unicode", "server_served_model_name=%s" % UNICODE_NAME)):
+        RESULTS.append({"id": cid, "input": shown, "rc": proc.returncode, "runs": 1,
+                        "task": "(deployed; restored by a second run, rc %d)" % restore.returncode,
+                        "message": "accepted: restarts %d -> %d, /v1/models %s with the key, %s "
+                                   "without; env file mode %s; key in unit: %s"
+                                   % (before["starts"], after["starts"], status_key, status_nokey,
+                                      mode, SHELL_KEY in unit),
+                        "untouched": False, "expect": "accepted", "as_expected": ok and ok_restore})
+    RESULT_IDS.add("accepted")
+    assert proc.returncode == 0, failure(proc)
+    assert SHELL_KEY not in unit and "--api-key ${SGLANG_API_KEY}" in unit, unit
+    assert mode == "600" and SHELL_KEY.replace("\\", "\\\\").replace('"', '\\"') in env
+    assert after["starts"] == before["starts"] + 1, (before, after)
+    assert after["main_pid"] != before["main_pid"] and after["health"] == 200, after
+    assert (status_key, status_nokey) == (200, 401)
+    assert not pwned
+    assert [m["id"] for m in models["data"]] == [UNICODE_NAME], models
+    assert restore.returncode == 0, failure(restore)
+    assert ok_restore, (before, after, restored, env2)
