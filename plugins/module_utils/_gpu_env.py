@@ -178,7 +178,7 @@ def arch_target(cc):
     Hopper and newer get the arch-specific ``a`` target (``sm_90a``, ``sm_100a``,
     ``sm_120a``; prereqs.md 1.1: FlashInfer/SGLang build those), older GPUs plain ``sm_XY``.
     """
-    major, _, minor = cc.partition(".")
+    major, _sep, minor = cc.partition(".")
     base = "sm_%d%d" % (int(major), int(minor or 0))
     return base + "a" if int(major) >= 9 else base
 

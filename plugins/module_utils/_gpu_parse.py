@@ -298,7 +298,7 @@ def parse_query_q(text):
         if not sep:
             section.append((indent, line))
             continue
-        path = [title for _, title in section]
+        path = [title for _indent, title in section]
         if key == "Product Name" and not path:
             cur["name"] = value
         elif key == "Total" and path[-1:] == ["FB Memory Usage"]:

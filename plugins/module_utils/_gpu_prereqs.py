@@ -509,7 +509,7 @@ def _rule_attention(facts, args):
     if not ccs:
         return [_check("attention_backend", True, WARNING,
                        "cannot check %s without GPU compute capabilities" % ", ".join(
-                           "%s %s" % (f, b) for f, b, _ in wanted))]
+                           "%s %s" % (f, b) for f, b, _unused in wanted))]
     problems = []
     for flag, backend, phase in wanted:
         for cc in ccs:
@@ -521,7 +521,7 @@ def _rule_attention(facts, args):
         return [_check("attention_backend", False, ERROR, "; ".join(problems),
                        "use --attention-backend %s on these GPUs (prereqs.md 5.3)" % safe)]
     return [_check("attention_backend", True, INFO, ", ".join(
-        "%s %s" % (f, b) for f, b, _ in wanted) + " supported on " + ", ".join("SM" + c.replace(".", "") for c in ccs))]
+        "%s %s" % (f, b) for f, b, _unused in wanted) + " supported on " + ", ".join("SM" + c.replace(".", "") for c in ccs))]
 
 
 def _rule_deepep(facts, args):

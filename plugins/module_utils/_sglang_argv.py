@@ -528,7 +528,6 @@ def render_argv(flags, version, layout=None, server_args=None, extra_args=None):
     return argv, translations
 
 
-
 def _value_eq_any(a, b):
     if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
         return isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and \

@@ -11,7 +11,7 @@ DOCUMENTATION = r"""
 module: capacity_plan
 short_description: Plan GPU memory for SGLang parallelism strategies of a model
 version_added: 0.1.0
-author: gpufleet developers
+author: gpufleet developers (@gpufleet)
 description:
   - Reads the model directory's C(config.json) (and C(model.safetensors.index.json) when
     present) on the host and computes, for every strategy, the weights each GPU holds,
@@ -25,16 +25,15 @@ description:
     pack-quantized and ModelOpt NVFP4/FP8 checkpoints. Anything else fails with the
     reason instead of giving a wrong number.
   - Only reads files; never changes anything.
+extends_documentation_fragment:
+  - gpufleet.sglang._attributes
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Only reads files, so it runs the same in check mode.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
   idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
     support: full
 options:
   model_path:

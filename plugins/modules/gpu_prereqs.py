@@ -11,7 +11,7 @@ DOCUMENTATION = r"""
 module: gpu_prereqs
 short_description: Check that a GPU host can run SGLang (the prerequisite doctor)
 version_added: 0.1.0
-author: gpufleet developers
+author: gpufleet developers (@gpufleet)
 description:
   - Probes the GPUs (C(nvidia-smi) CSV query, C(-q) dump or plain table, C(topo -m),
     compute processes), the CUDA toolkit FlashInfer's JIT would use (C(nvcc --version),
@@ -25,6 +25,8 @@ description:
   - The CUDA home is found in FlashInfer's JIT order C($CUDA_HOME), C($CUDA_PATH),
     the parent of the directory of C(nvcc) on C(PATH), C(/usr/local/cuda)
     (FlashInfer C(jit/cpp_ext.py) C(get_cuda_path)); O(cuda_home) overrides it.
+extends_documentation_fragment:
+  - gpufleet.sglang._attributes
 attributes:
   check_mode:
     support: full
@@ -245,7 +247,7 @@ class Prober(object):
                                           "stderr": err, "parse_error": "%s" % exc})
             attempts.append((kind, (out.strip() or err.strip())[:300]))
         if result is None:
-            kinds = [k for k, _ in attempts]
+            kinds = [k for k, _unused in attempts]
             status = next((k for k in ("driver", "no-devices", "garbled", "failed") if k in kinds), "failed")
             detail = next(d for k, d in attempts if k == status)
             labels = {"driver": "nvidia-smi cannot talk to the NVIDIA driver",

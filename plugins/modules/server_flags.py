@@ -28,16 +28,15 @@ description:
     flag or value the release does not accept.
 requirements:
   - SGLang installed in the virtualenv of O(python).
+extends_documentation_fragment:
+  - gpufleet.sglang._attributes
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Only reads; in check mode it still probes but does not write the cache.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
   idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
     support: full
 options:
   python:

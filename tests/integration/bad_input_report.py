@@ -23,8 +23,8 @@ GPUFLEET_INTEGRATION=1 .venv/bin/pytest -p no:cacheprovider tests/integration/te
 
 *Untouched* means: the unit's main PID is the same before and after the run, the emulator
 recorded no new start, the unit and environment files kept their checksums, and `/health`
-answers 200 through the published port. The message is the `msg` of the first failed task
-(abridged; the host name prefix left out), or the error Ansible printed.
+answers 200 through the published port. The message is the `msg` of the failed task that
+stopped the run (abridged; the host name prefix left out), or the error Ansible printed.
 
 Run of {when}: {n} cases, {failed_ok} refused as expected, {accepted} accepted as expected,
 {bad} not as expected; the whole test took {wall:.0f} s ({deploys} `ansible-playbook` runs).

@@ -180,7 +180,7 @@ def test_real_nvcc_version_and_arches():
         subprocess.run([NVCC, "--list-gpu-arch"], capture_output=True, text=True, check=True).stdout)
     if parse.version_tuple(info["release"]) >= (12, 8):
         assert "compute_120" in arches and "compute_90" in arches
-    root = parse.parse_nvcc_root(subprocess.run(
+    root = parse.parse_nvcc_root(subprocess.run(check=False, args=
         [NVCC, "--dryrun", "-x", "cu", "-c", os.devnull, "-o", os.devnull],
         capture_output=True, text=True).stderr)
     assert root and os.path.isfile(os.path.join(root, "bin", "nvcc"))
@@ -248,10 +248,10 @@ def test_arch_target_and_cache_key(tmp_path):
 
 @needs_nvcc
 def test_real_toolkit_headers_and_remedy():
-    out = subprocess.run([NVCC, "--dryrun", "-x", "cu", "-c", os.devnull, "-o", os.devnull],
+    out = subprocess.run(check=False, args=[NVCC, "--dryrun", "-x", "cu", "-c", os.devnull, "-o", os.devnull],
                          capture_output=True, text=True)
     root = parse.parse_nvcc_root(out.stderr)
-    release = parse.parse_nvcc_version(subprocess.run([NVCC, "--version"], capture_output=True,
+    release = parse.parse_nvcc_version(subprocess.run(check=False, args=[NVCC, "--version"], capture_output=True,
                                                       text=True).stdout)["release"]
     headers = env.scan_headers(root)
     absent = sorted(h for h in env.REQUIRED_HEADERS

@@ -95,7 +95,8 @@ def val(release, ns, flag):
     raise KeyError(flag)
 
 
-def render(release, layout=None, extra=None, base=BASE):
+def render(release, layout=None, extra=None, base=None):
+    base = BASE if base is None else base
     return render_argv(flags_of(release), release, layout=layout, server_args=base, extra_args=extra or {})
 
 

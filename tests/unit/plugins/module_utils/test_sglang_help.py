@@ -116,7 +116,7 @@ def test_names_and_choices_match_argparse_exactly(name, release, prog):
 @pytest.mark.parametrize("name,release,prog", TEXTS)
 def test_keys_are_first_long_name_in_printed_order(name, release, prog):
     result = parsed(name)
-    visible = [a for a in _visible(release)]
+    visible = list(_visible(release))
     expected_keys = [next(n for n in a["option_strings"] if n.startswith("--")) for a in visible]
     assert list(result["flags"]) == expected_keys
     assert "--help" in result["flags"]
@@ -339,7 +339,7 @@ def test_parse_time_per_release():
     for name, _release, _prog in TEXTS:
         text = _read(name)
         best = None
-        for _ in range(20):
+        for _attempt in range(20):
             started = time.perf_counter()
             parse_help(text)
             took = time.perf_counter() - started

@@ -25,7 +25,7 @@ def toolkit_root():
     """The toolkit the nvcc on PATH really belongs to (it may be a wrapper script)."""
     if not NVCC:
         return None
-    out = subprocess.run([NVCC, "--dryrun", "-x", "cu", "-c", os.devnull, "-o", os.devnull],
+    out = subprocess.run(check=False, args=[NVCC, "--dryrun", "-x", "cu", "-c", os.devnull, "-o", os.devnull],
                          capture_output=True, text=True)
     return parse.parse_nvcc_root(out.stderr + out.stdout)
 

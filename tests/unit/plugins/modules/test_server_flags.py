@@ -146,7 +146,7 @@ def test_changed_fingerprint_invalidates_cache(tmp_path, capsys):
 
 def test_cache_disabled_always_probes(tmp_path, capsys):
     fake = Fake(tmp_path, "0.5.4.post3")
-    for _ in range(2):
+    for _attempt in range(2):
         failed, result = run_module(fake.args(cache=False), capsys)
         assert not failed and result["cached"] is False
     assert fake.help_runs == 2

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Fail when a role's defaults/main.yml and meta/argument_specs.yml name different variables."""
 import glob
 import os
