@@ -482,3 +482,29 @@ def test_wheel_is_deterministic_and_installs(tmp_path):
                            "print(m.metadata('sglang')['Summary'])"], env=env,
                           capture_output=True, text=True, cwd=str(tmp_path), check=True)
     assert meta.stdout.startswith("TEST DOUBLE: SGLang emulator")
+
+
+def test_fault_limited_to_node_ranks(tmp_path):
+    """SGLANG_EMULATOR_FAULT_NODE_RANKS keeps the fault away from the other ranks."""
+    env = dict(os.environ, PYTHONPATH=SRC, SGLANG_EMULATOR_RELEASE="0.5.9",
+               SGLANG_EMULATOR_FAULT="crash-on-start", SGLANG_EMULATOR_FAULT_NODE_RANKS="1",
+               SGLANG_EMULATOR_STATE_DIR=str(tmp_path), SGLANG_EMULATOR_LOAD_SECONDS="0")
+    crashed = subprocess.run(
+        [sys.executable, "-m", "sglang.launch_server", "--model-path", "m", "--tp-size", "16",
+         "--nnodes", "2", "--node-rank", "1", "--dist-init-addr", "127.0.0.1:9"],
+        env=env, capture_output=True, text=True, timeout=30, check=False)
+    assert crashed.returncode == 1 and "crash-on-start" in crashed.stderr
+    records = [json.loads(line) for line in (tmp_path / "starts.jsonl").read_text().splitlines()]
+    assert records[-1]["fault"] == "crash-on-start"
+    env["SGLANG_EMULATOR_FAULT_NODE_RANKS"] = "0"
+    spared = subprocess.Popen(
+        [sys.executable, "-m", "sglang.launch_server", "--model-path", "m", "--tp-size", "16",
+         "--nnodes", "2", "--node-rank", "1", "--dist-init-addr", "127.0.0.1:9", "--dist-timeout", "2"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        spared.wait(timeout=30)
+    finally:
+        if spared.poll() is None:
+            spared.kill()
+    records = [json.loads(line) for line in (tmp_path / "starts.jsonl").read_text().splitlines()]
+    assert records[-1]["fault"] is None

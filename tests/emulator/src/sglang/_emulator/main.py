@@ -116,6 +116,10 @@ def main(argv):
         log("WARNING: unknown SGLANG_EMULATOR_FAULT=%r ignored (known: %s)"
             % (fault, ", ".join(FAULTS)))
         fault = None
+    # SGLANG_EMULATOR_FAULT_NODE_RANKS="1,2": only these ranks of a multi-node server fail
+    only_ranks = os.environ.get("SGLANG_EMULATOR_FAULT_NODE_RANKS", "").strip()
+    if fault and only_ranks and str(lay["node_rank"]) not in [r.strip() for r in only_ranks.split(",")]:
+        fault = None
     rates = _layout.rates_for(lay["name"])
     append_record("starts.jsonl", {
         "time": time.time(), "pid": os.getpid(), "argv": list(argv), "release": release,
