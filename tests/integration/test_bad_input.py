@@ -150,7 +150,7 @@ def _case(cid, shown, extra, expect, setup=None):
 def _setup_http_server():
     podman_exec("sh", "-c", "echo $$ > %s; exec python3 -m http.server 31555" % HTTP_SERVER_PIDFILE,
                 detach=True)
-    for _ in range(50):
+    for _attempt in range(50):
         if podman_exec("sh", "-c", "ss -Htln 'sport = :31555' | grep -q LISTEN",
                        check=False).returncode == 0:
             return

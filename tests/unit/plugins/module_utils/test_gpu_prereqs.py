@@ -180,9 +180,9 @@ def test_real_nvcc_version_and_arches():
         subprocess.run([NVCC, "--list-gpu-arch"], capture_output=True, text=True, check=True).stdout)
     if parse.version_tuple(info["release"]) >= (12, 8):
         assert "compute_120" in arches and "compute_90" in arches
-    root = parse.parse_nvcc_root(subprocess.run(check=False, args=
-        [NVCC, "--dryrun", "-x", "cu", "-c", os.devnull, "-o", os.devnull],
-        capture_output=True, text=True).stderr)
+    dryrun = subprocess.run([NVCC, "--dryrun", "-x", "cu", "-c", os.devnull, "-o", os.devnull],
+                            capture_output=True, text=True, check=False)
+    root = parse.parse_nvcc_root(dryrun.stderr)
     assert root and os.path.isfile(os.path.join(root, "bin", "nvcc"))
 
 
