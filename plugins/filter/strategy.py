@@ -7,16 +7,15 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import re
-
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils._strategy import (
     StrategyError,
     resolve,
 )
-
-_PLAIN = re.compile(r"^[A-Za-z0-9_./:=,+@%$-]+$")
+from ansible_collections.gpufleet.sglang.plugins.module_utils._server_unit import (
+    systemd_arg as _systemd_arg,
+)
 
 
 def strategy_plan(strategy, gpus_per_node, nnodes=1):
@@ -28,23 +27,11 @@ def strategy_plan(strategy, gpus_per_node, nnodes=1):
 
 
 def systemd_arg(value):
-    """Quote one argument for a systemd ``ExecStart=`` line.
-
-    systemd splits ExecStart on whitespace, honours double quotes with C escapes,
-    expands ``%`` specifiers and ``$VAR`` references; all of those are neutralised.
-    """
-    if isinstance(value, bool):
-        value = "true" if value else "false"
-    text = "%s" % (value,)
-    if "\x00" in text:
-        raise AnsibleFilterError("argument %r contains a NUL byte" % text[:40])
-    text = text.replace("%", "%%").replace("$", "$$")
-    if _PLAIN.match(text):
-        return text
-    escaped = (
-        text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t")
-    )
-    return '"%s"' % escaped
+    """Quote one argument for a systemd ``ExecStart=`` line (see ``_server_unit.systemd_arg``)."""
+    try:
+        return _systemd_arg(value)
+    except ValueError as exc:
+        raise AnsibleFilterError(str(exc))
 
 
 def _as_int(value, what):

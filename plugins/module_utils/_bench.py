@@ -36,8 +36,9 @@ __metaclass__ = type  # pylint: disable=invalid-name
 
 import json
 import math
-import re
 import struct
+
+from ansible_collections.gpufleet.sglang.plugins.module_utils._version import at_least
 
 RESULT_FIELDS = (
     "tool", "strategy", "concurrency", "num_prompts", "input_len", "output_len",
@@ -108,20 +109,14 @@ def empty_result(tool, strategy=None, concurrency=None):
 
 # ---------------------------------------------------------------------- bench_serving
 
-def parse_version(text):
-    """'0.5.4.post3' -> (0, 5, 4, 3); 'v0.5.23' -> (0, 5, 23, 0)."""
-    match = re.match(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?(?:\.?post(\d+))?", str(text or ""))
-    if not match:
-        raise BenchError("cannot read an SGLang version from %r" % (text,))
-    return tuple(int(part or 0) for part in match.groups())
-
-
 def bench_serving_module(release):
     """Python module of the serving benchmark: it moved to sglang.benchmark.serving in 0.5.23
     (sglang.bench_serving is a deprecated shim there)."""
-    if parse_version(release) >= (0, 5, 23, 0):
-        return "sglang.benchmark.serving"
-    return "sglang.bench_serving"
+    try:
+        newer = at_least(release, "0.5.23")
+    except ValueError:
+        raise BenchError("cannot read an SGLang version from %r" % (release,))
+    return "sglang.benchmark.serving" if newer else "sglang.bench_serving"
 
 
 def last_json_line(text):

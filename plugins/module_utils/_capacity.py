@@ -18,7 +18,11 @@ Rules used (shared/reference/prereqs.md §9, read against SGLang's source there)
   (SGLang ``QKVParallelLinear``: ``max(1, kv_heads // tp)`` heads per rank).
 * EP runs inside the TP group (ep divides tp): a rank holds ``ceil(E / ep)`` experts, each
   split ``tp / ep`` ways, so EP with the same GPUs moves the same bytes as TP.
-* DP attention (``dp > 1``) splits the TP group into ``dp`` attention replicas: attention
+* ``dp`` is ``--dp-size``: ``dp`` replicas of the ``tp * pp`` group on ``tp * pp * dp`` GPUs
+  (``_strategy.gpus_needed``, the collection's one GPU-count rule), each replica planned
+  like a lone ``tp * pp`` server.
+* DP attention (``dp_attention=True``, ``dp > 1``) instead splits the TP group into ``dp``
+  attention replicas on ``tp * pp`` GPUs: attention
   weights are split only ``tp / dp`` ways and the input embedding is replicated
   (SGLang ``DeepseekV2Model``: ``VocabParallelEmbedding(enable_tp=not
   is_dp_attention_enabled())``); MLP and experts keep the full TP split.
@@ -48,6 +52,7 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils._capacity_model im
     load_model,
     spec_from_config,
 )
+from ansible_collections.gpufleet.sglang.plugins.module_utils._strategy import gpus_needed
 
 __all__ = [
     "CannotPlan", "ModelSpec", "load_model", "spec_from_config", "GIB", "MIB",
@@ -273,13 +278,11 @@ def _stage_view(layout, partition, budget, cell, required_tokens):
     return stages
 
 
-def plan_layout(spec, layout, gpu_count, gpu_memory_mib, mem_fraction_static=None,
-                context_length=None, kv_dtype="auto", nnodes=1, dp_attention=None,
-                name=None, pp_partition=None):
-    """Plan one layout ``{tp, pp, ep, dp}`` of ``spec`` on ``gpu_count`` GPUs per node.
+def _check_layout(layout, gpu_count, nnodes, dp_attention):
+    """Sizes of ``layout`` checked against SGLang's rules and the GPU count.
 
-    Returns a dict of plain values (see the module's RETURN). Raises :class:`CannotPlan`
-    (or its subclass :class:`LayoutError`) with the reason when no number can be given.
+    Returns ``(tp, pp, ep, dp, dp_attention, total_gpus)``; the GPU count is
+    :func:`_strategy.gpus_needed`, the collection's one rule.
     """
     tp, pp = int(layout.get("tp", 1)), int(layout.get("pp", 1))
     ep, dp = int(layout.get("ep", 1)), int(layout.get("dp", 1))
@@ -287,54 +290,118 @@ def plan_layout(spec, layout, gpu_count, gpu_memory_mib, mem_fraction_static=Non
         raise LayoutError("cannot plan: layout sizes must be positive, got %r" % (layout,))
     if tp % ep:
         raise LayoutError("cannot plan: ep %d does not divide tp %d" % (ep, tp))
-    if dp_attention is None:
-        dp_attention = dp > 1
+    dp_attention = bool(dp_attention)
     if dp_attention and tp % dp:
         raise LayoutError("cannot plan: dp %d does not divide tp %d for DP attention" % (dp, tp))
     total_gpus = int(gpu_count) * int(nnodes)
-    need = tp * pp * (1 if dp_attention else dp)
+    need = gpus_needed({"tp": tp, "pp": pp, "dp": dp}, dp_attention)
     if need != total_gpus:
         raise LayoutError(
-            "cannot plan: layout tp%d-pp%d-ep%d-dp%d needs %d GPUs, the server has %d "
-            "(%d node(s) x %d)" % (tp, pp, ep, dp, need, total_gpus, nnodes, gpu_count))
-    if gpu_memory_mib is None or gpu_memory_mib <= 0:
-        raise CannotPlan("cannot plan: GPU memory (MiB) must be positive, got %r" % (gpu_memory_mib,))
-    if spec.num_layers < pp:
-        raise LayoutError("cannot plan: %d layers cannot fill %d PP stages" % (spec.num_layers, pp))
-    lay = _Layout(spec, tp, pp, ep, dp, dp_attention)
+            "cannot plan: layout tp%d-pp%d-ep%d-dp%d%s needs %d GPUs, the server has %d "
+            "(%d node(s) x %d)" % (tp, pp, ep, dp, " (DP attention)" if dp_attention else "",
+                                   need, total_gpus, nnodes, gpu_count))
+    return tp, pp, ep, dp, dp_attention, total_gpus
+
+
+def _memory_fraction(spec, tp, pp, gpu_memory_mib, mem_fraction_static):
+    """``(fraction, default_fraction, reserved_mib)``: the static pool's share of a GPU."""
     default_fraction, reserved = default_mem_fraction_static(
         gpu_memory_mib, tp, pp, mla=spec.attention == "mla")
     fraction = default_fraction if mem_fraction_static is None else float(mem_fraction_static)
     if not 0.0 < fraction < 1.0:
         raise CannotPlan("cannot plan: mem_fraction_static must be between 0 and 1, got %r" % fraction)
+    return fraction, default_fraction, reserved
+
+
+def _default_split_view(lay, split, stages, default_split, budget, cell, required):
+    """Weights and KV tokens of SGLang's default PP split (``None`` without PP)."""
+    if lay.pp == 1:
+        return None
+    default_stages = stages if split == default_split else _stage_view(
+        lay, default_split, budget, cell, required)
+    return {
+        "weights_per_gpu_min_gib": round(min(s["weights_bytes"] for s in default_stages) / GIB, 2),
+        "weights_per_gpu_max_gib": round(max(s["weights_bytes"] for s in default_stages) / GIB, 2),
+        "kv_tokens": min(s["kv_tokens"] for s in default_stages),
+    }
+
+
+def _better_split(lay, split, stages, budget, cell, required):
+    """The searched PP split and its stages when it holds more KV than ``split``, else ``None``."""
+    candidate = _best_partition(lay, budget, cell)
+    cand_stages = _stage_view(lay, candidate, budget, cell, required)
+    current_cap = min(s["kv_room_bytes"] / s["kv_bytes_per_token"] for s in stages)
+    cand_cap = min(s["kv_room_bytes"] / s["kv_bytes_per_token"] for s in cand_stages)
+    if candidate != split and cand_cap > current_cap + 1.0:
+        return candidate, cand_stages
+    return None
+
+
+def _recommended_fraction(stages, gpu_memory_mib, default_fraction, required):
+    """SGLang's own default when the plan fits with it, otherwise the smallest fraction that
+    holds the weights plus the required KV, if that still leaves MIN_RESERVED_MIB outside
+    the pool; ``None`` when nothing fits."""
     gpu_bytes = float(gpu_memory_mib) * MIB
-    budget = gpu_bytes * fraction
+    target_tokens = required or DEFAULT_MIN_KV_TOKENS
+    need_frac = max(
+        (s["weights_bytes"] + target_tokens * s["kv_bytes_per_token"]) / gpu_bytes for s in stages)
+    if need_frac <= default_fraction:
+        return default_fraction
+    if need_frac <= _max_fraction(gpu_memory_mib):
+        return math.ceil(need_frac * 1000) / 1000.0
+    return None
+
+
+def _max_fraction(gpu_memory_mib):
+    """The highest fraction that leaves MIN_RESERVED_MIB per GPU outside the pool."""
+    return (float(gpu_memory_mib) - MIN_RESERVED_MIB) / float(gpu_memory_mib)
+
+
+def _plan_notes(lay, spec, mem_fraction_static, fraction, gpu_memory_mib):
+    notes = []
+    if lay.dp_attention:
+        notes.append("DP attention: attention split %d ways, embedding replicated; SGLang's "
+                     "extra DP-attention reserve is not in the default fraction" % lay.attn_tp)
+    if spec.vision_bytes:
+        notes.append("vision tower (%.2f GiB) counted unsplit on every stage-0 GPU" % (spec.vision_bytes / GIB))
+    if mem_fraction_static is not None and fraction > _max_fraction(gpu_memory_mib):
+        notes.append("mem_fraction_static %.3f leaves under %d MiB for activations" % (fraction, MIN_RESERVED_MIB))
+    return notes
+
+
+def plan_layout(spec, layout, gpu_count, gpu_memory_mib, mem_fraction_static=None,
+                context_length=None, kv_dtype="auto", nnodes=1, dp_attention=False,
+                name=None, pp_partition=None):
+    """Plan one layout ``{tp, pp, ep, dp}`` of ``spec`` on ``gpu_count`` GPUs per node.
+
+    ``dp`` is ``--dp-size``: replicas of the ``tp * pp`` group, as the collection renders
+    it; ``dp_attention=True`` plans ``--enable-dp-attention`` instead (dp splits the TP
+    group). Returns a dict of plain values (see the module's RETURN). Raises
+    :class:`CannotPlan` (or its subclass :class:`LayoutError`) with the reason when no
+    number can be given.
+    """
+    tp, pp, ep, dp, dp_attention, total_gpus = _check_layout(layout, gpu_count, nnodes, dp_attention)
+    if gpu_memory_mib is None or gpu_memory_mib <= 0:
+        raise CannotPlan("cannot plan: GPU memory (MiB) must be positive, got %r" % (gpu_memory_mib,))
+    if spec.num_layers < pp:
+        raise LayoutError("cannot plan: %d layers cannot fill %d PP stages" % (spec.num_layers, pp))
+    lay = _Layout(spec, tp, pp, ep, dp, dp_attention)
+    fraction, default_fraction, reserved = _memory_fraction(spec, tp, pp, gpu_memory_mib,
+                                                            mem_fraction_static)
+    budget = float(gpu_memory_mib) * MIB * fraction
     cell = lay.kv_cell_per_layer(kv_dtype_bytes(kv_dtype, spec))
     required = int(context_length) if context_length else 0
 
     default_split = default_pp_partition(spec.num_layers, pp)
-    if pp_partition:
-        split = _parse_partition(pp_partition, spec.num_layers, pp)
-    else:
-        split = default_split
+    split = _parse_partition(pp_partition, spec.num_layers, pp) if pp_partition else default_split
     stages = _stage_view(lay, split, budget, cell, required)
-    default_view = None
-    if pp > 1:
-        default_stages = stages if split == default_split else _stage_view(lay, default_split, budget, cell, required)
-        default_view = {
-            "weights_per_gpu_min_gib": round(min(s["weights_bytes"] for s in default_stages) / GIB, 2),
-            "weights_per_gpu_max_gib": round(max(s["weights_bytes"] for s in default_stages) / GIB, 2),
-            "kv_tokens": min(s["kv_tokens"] for s in default_stages),
-        }
+    default_view = _default_split_view(lay, split, stages, default_split, budget, cell, required)
     best_string = None
     if pp > 1 and not pp_partition:
-        candidate = _best_partition(lay, budget, cell)
-        cand_stages = _stage_view(lay, candidate, budget, cell, required)
-        default_cap = min(s["kv_room_bytes"] / s["kv_bytes_per_token"] for s in stages)
-        cand_cap = min(s["kv_room_bytes"] / s["kv_bytes_per_token"] for s in cand_stages)
-        if candidate != default_split and cand_cap > default_cap + 1.0:
-            best_string = ",".join(str(x) for x in candidate)
-            split, stages = candidate, cand_stages
+        better = _better_split(lay, split, stages, budget, cell, required)
+        if better:
+            split, stages = better
+            best_string = ",".join(str(x) for x in split)
 
     per_rank = []
     for stage in stages:
@@ -342,35 +409,9 @@ def plan_layout(spec, layout, gpu_count, gpu_memory_mib, mem_fraction_static=Non
     weights_gib = [round(b / GIB, 2) for b in per_rank]
     kv_tokens = min(s["kv_tokens"] for s in stages)
     margin = min(s["margin_bytes"] for s in stages)
-    fits = margin > 0 and kv_tokens >= max(required, 1)
-
-    # recommendation: SGLang's own default when the plan fits with it, otherwise the
-    # smallest fraction that holds the weights plus the required KV, if that still leaves
-    # MIN_RESERVED_MIB outside the pool; None when nothing fits.
-    target_tokens = required or DEFAULT_MIN_KV_TOKENS
-    need_frac = max(
-        (s["weights_bytes"] + target_tokens * s["kv_bytes_per_token"]) / gpu_bytes for s in stages)
-    cap_frac = (float(gpu_memory_mib) - MIN_RESERVED_MIB) / float(gpu_memory_mib)
-    if need_frac <= default_fraction:
-        recommended = default_fraction
-    elif need_frac <= cap_frac:
-        recommended = math.ceil(need_frac * 1000) / 1000.0
-    else:
-        recommended = None
-
-    notes = []
-    if dp_attention:
-        notes.append("DP attention: attention split %d ways, embedding replicated; SGLang's "
-                     "extra DP-attention reserve is not in the default fraction" % lay.attn_tp)
-    if spec.vision_bytes:
-        notes.append("vision tower (%.2f GiB) counted unsplit on every stage-0 GPU" % (spec.vision_bytes / GIB))
-    if mem_fraction_static is not None and fraction > cap_frac:
-        notes.append("mem_fraction_static %.3f leaves under %d MiB for activations" % (fraction, MIN_RESERVED_MIB))
-
-    label = name or _name(tp, pp, ep, dp)
     return {
-        "name": label,
-        "layout": {"tp": tp, "pp": pp, "ep": ep, "dp": dp, "dp_attention": bool(dp_attention)},
+        "name": name or _name(tp, pp, ep, dp),
+        "layout": {"tp": tp, "pp": pp, "ep": ep, "dp": dp, "dp_attention": dp_attention},
         "gpus": total_gpus,
         "gpu_memory_mib": int(gpu_memory_mib),
         "mem_fraction_static": round(fraction, 3),
@@ -387,14 +428,15 @@ def plan_layout(spec, layout, gpu_count, gpu_memory_mib, mem_fraction_static=Non
         "kv_tokens": kv_tokens,
         "kv_tokens_per_stage": [s["kv_tokens"] for s in stages],
         "context_length": required or None,
-        "fits": bool(fits),
+        "fits": bool(margin > 0 and kv_tokens >= max(required, 1)),
         "margin_gib": round(margin / GIB, 2),
-        "recommended_mem_fraction_static": recommended,
+        "recommended_mem_fraction_static": _recommended_fraction(
+            stages, gpu_memory_mib, default_fraction, required),
         "pp_stage_layers": list(split),
         "pp_layer_partition": best_string,
         "default_pp_partition": ",".join(str(x) for x in default_split),
         "default_pp_split": default_view,
-        "notes": notes,
+        "notes": _plan_notes(lay, spec, mem_fraction_static, fraction, gpu_memory_mib),
     }
 
 

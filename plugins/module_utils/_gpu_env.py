@@ -21,8 +21,10 @@ import json
 import os
 import re
 
-#: Headers FlashInfer's JIT needs in ``$CUDA_HOME/include`` (shared/reference/prereqs.md
-#: section 4.5: ``cuda_runtime.h`` plus the cuRAND headers that ``sampling.cuh`` includes).
+from ansible_collections.gpufleet.sglang.plugins.module_utils._version import major_minor
+
+#: Headers FlashInfer's JIT needs in ``$CUDA_HOME/include`` (docs/prereqs.md §5.2:
+#: ``cuda_runtime.h`` plus the cuRAND headers that ``sampling.cuh`` includes).
 REQUIRED_HEADERS = ("cuda_runtime.h", "curand.h", "curand_kernel.h", "curand_philox4x32_x.h")
 
 #: Packages whose versions the rules read (PEP 503 normalised names).
@@ -37,7 +39,7 @@ PACKAGES = (
 )
 
 #: Default CUDA build of the plain PyPI torch wheel, by torch minor version
-#: (prereqs.md section 3: 2.7.x cu126; 2.8.0, 2.9.1, 2.10.0 cu128; 2.11.0 cu130;
+#: (docs/prereqs.md §4: 2.7.x cu126; 2.8.0, 2.9.1, 2.10.0 cu128; 2.11.0 cu130;
 #: 2.14.1 cuda-toolkit 13.0). Only used when neither the local version part nor
 #: ``torch/version.py`` says.
 TORCH_PYPI_CUDA = (((2, 7), "12.6"), ((2, 8), "12.8"), ((2, 11), "13.0"))
@@ -51,7 +53,7 @@ def normalize_name(name):
 def find_cuda_home(explicit=None, environ=None, which=None, exists=os.path.isdir):
     """The CUDA home FlashInfer's JIT would use, and where it came from.
 
-    FlashInfer ``jit/cpp_ext.py::get_cuda_path()`` (0.6.x and 0.7.x, prereqs.md 4.4):
+    FlashInfer ``jit/cpp_ext.py::get_cuda_path()`` (0.6.x and 0.7.x, docs/prereqs.md §5.1):
     ``$CUDA_HOME``, else ``$CUDA_PATH``, else ``dirname(dirname(which nvcc))`` (no
     symlink resolution), else ``/usr/local/cuda``. ``explicit`` (the module's
     ``cuda_home`` option, i.e. the CUDA_HOME the server will run with) comes first.
@@ -141,13 +143,16 @@ def torch_cuda(version, site_dirs=()):
             return (value or None), "torch/version.py"
     if local.startswith("cpu") or local.startswith("rocm"):
         return None, "local version +%s" % local
-    release = tuple(int(p) for p in re.findall(r"\d+", version.partition("+")[0])[:2])
+    try:
+        release = major_minor(version)
+    except ValueError:
+        return None, None
     guess = None
     for start, cuda in TORCH_PYPI_CUDA:
         if release >= start:
             guess = cuda
     if guess:
-        return guess, "PyPI default for torch %s (prereqs.md 3)" % version
+        return guess, "PyPI default for torch %s (docs/prereqs.md §4)" % version
     return None, None
 
 
@@ -176,11 +181,11 @@ def arch_target(cc):
     """nvcc ``-arch`` value for a compute capability: ``'12.0'`` -> ``'sm_120a'``.
 
     Hopper and newer get the arch-specific ``a`` target (``sm_90a``, ``sm_100a``,
-    ``sm_120a``; prereqs.md 1.1: FlashInfer/SGLang build those), older GPUs plain ``sm_XY``.
+    ``sm_120a``; docs/prereqs.md §2: FlashInfer/SGLang build those), older GPUs plain ``sm_XY``.
     """
-    major, _sep, minor = cc.partition(".")
-    base = "sm_%d%d" % (int(major), int(minor or 0))
-    return base + "a" if int(major) >= 9 else base
+    major, minor = major_minor(cc)
+    base = "sm_%d%d" % (major, minor)
+    return base + "a" if major >= 9 else base
 
 
 def compile_cache_path(cache_dir, nvcc, nvcc_version, arch):

@@ -26,6 +26,8 @@ __metaclass__ = type
 
 import re
 
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _version
+
 #: Fields the doctor asks ``--query-gpu`` for, in this order.
 QUERY_GPU_FIELDS = ("index", "name", "memory.total", "compute_cap", "driver_version", "pci.bus_id")
 #: Fields the doctor asks ``--query-compute-apps`` for, in this order.
@@ -54,16 +56,6 @@ class ParseError(ValueError):
 
 def strip_ansi(text):
     return _ANSI.sub("", text or "")
-
-
-def version_tuple(text):
-    """``'590.48.01'`` -> ``(590, 48, 1)``; ``None`` when no leading number."""
-    if text is None:
-        return None
-    match = re.match(r"\s*([0-9]+(?:\.[0-9]+)*)", str(text))
-    if not match:
-        return None
-    return tuple(int(part) for part in match.group(1).split("."))
 
 
 def classify_smi_failure(rc, stdout, stderr):
@@ -103,6 +95,14 @@ def _mib(value):
     if re.search(r"GiB", text):
         number *= 1024
     return int(number)
+
+
+def _is_version(text):
+    try:
+        _version.parse(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _na(value):
@@ -174,7 +174,7 @@ def _cc(value):
 
 # Product name -> compute capability, for outputs without a ``compute_cap`` field
 # (``-q``, plain table). Values: NVIDIA "CUDA GPUs - Compute Capability"
-# (developer.nvidia.com/cuda-gpus) and shared/reference/prereqs.md section 0.1
+# (developer.nvidia.com/cuda-gpus; docs/prereqs.md §1)
 # (9.0 H100/H200, 10.0 B200, 10.3 B300, 12.0 RTX PRO 6000 / RTX 5090, 12.1 GB10).
 # Order matters: the first match wins. Names may be driver-truncated
 # ("NVIDIA RTX PRO 6000 Blac...", "NVIDIA RTX Pro 6000 Blac...").
@@ -235,7 +235,7 @@ def parse_query_gpu(text):
             raise ParseError("GPU index %r is not a number" % index)
         memory = _mib(rec.get("memory.total"))
         driver = _na(rec.get("driver_version"))
-        if driver is not None and version_tuple(driver) is None:
+        if driver is not None and not _is_version(driver):
             raise ParseError("driver version %r is not a version" % driver)
         gpus.append(_gpu(index, rec["name"], memory, _cc(rec.get("compute_cap")), driver,
                          _bus(rec.get("pci.bus_id"))))

@@ -22,7 +22,8 @@ Facts (as the ``gpu_prereqs`` module gathers them; every key optional)::
     packages:  {python, site_packages, versions: {name: version}, torch_cuda, torch_cuda_source}
     compile:   {status: ok|failed|skipped, results: [{arch, ok, cached, rc, stderr, cmd}], detail}
 
-Every fact-to-rule mapping cites shared/reference/prereqs.md ("prereqs.md §n").
+Every fact-to-rule mapping cites the collection's ``docs/prereqs.md`` ("docs/prereqs.md §n"),
+which remedies point users to.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -31,23 +32,27 @@ __metaclass__ = type
 
 import re
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils._gpu_parse import version_tuple
+from ansible_collections.gpufleet.sglang.plugins.module_utils._version import (
+    at_least,
+    major_minor,
+    parse,
+)
 
 try:  # the strategy grammar lives in its own module util
     from ansible_collections.gpufleet.sglang.plugins.module_utils._strategy import (
         StrategyError,
+        gpus_needed,
         parse_strategy,
     )
 except ImportError:  # pragma: no cover - only when the collection is incomplete
-    parse_strategy = None
+    parse_strategy = gpus_needed = None
     StrategyError = ValueError
 
 ERROR, WARNING, INFO = "error", "warning", "info"
 
-#: Minimum Linux x86_64 driver per CUDA toolkit (GA releases). 12.8/12.9/13.0 from
-#: prereqs.md §1.3; 12.0-12.6 from the same NVIDIA table ("CUDA Toolkit and
-#: Corresponding Driver Versions", docs.nvidia.com/cuda/cuda-toolkit-release-notes).
-#: A newer toolkit than the table knows needs at least the newest entry.
+#: Minimum Linux x86_64 driver per CUDA toolkit (GA releases), from NVIDIA's "CUDA Toolkit
+#: and Corresponding Driver Versions" table (docs.nvidia.com/cuda/cuda-toolkit-release-notes;
+#: docs/prereqs.md §3). A newer toolkit than the table knows needs at least the newest entry.
 DRIVER_MIN = (
     ((12, 0), "525.60.13"),
     ((12, 1), "530.30.02"),
@@ -89,42 +94,25 @@ SMI_REMEDY = {
 # ------------------------------------------------------------------------- helpers
 
 
-def version_key(text):
-    """Sortable key for a PEP 440 version (release, pre, post; local part ignored)."""
-    text = (text or "").strip().lower().partition("+")[0]
-    match = re.match(r"^v?(\d+(?:\.\d+)*)(?:[.-]?(a|b|rc)(\d*))?(?:[.-]?post(\d*))?(?:[.-]?dev(\d*))?", text)
-    if not match:
-        return ((0,), (0, "", 0), -1, 0)
-    release = tuple(int(p) for p in match.group(1).split("."))
-    release = release + (0,) * (4 - len(release))
-    if match.group(2):
-        pre = (0, match.group(2), int(match.group(3) or 0))
-    elif match.group(5) is not None and match.group(4) is None:
-        pre = (-1, "", 0)  # X.Y.devN sorts before X.Y
-    else:
-        pre = (1, "", 0)
-    post = int(match.group(4) or 0) if match.group(4) is not None else -1
-    return (release, pre, post, 0)
-
-
 def public_version(text):
     return (text or "").partition("+")[0].strip()
 
 
 def driver_minimum(release):
     """Minimum driver for a CUDA ``'X.Y'`` release, or ``None`` when older than the table."""
-    wanted = version_tuple(release)
-    if not wanted:
+    try:
+        wanted = major_minor(release)
+    except ValueError:
         return None
     best = None
     for rel, driver in DRIVER_MIN:
-        if wanted[:2] >= rel:
+        if wanted >= rel:
             best = driver
     return best
 
 
 def _dash(release):
-    return "-".join(str(p) for p in (version_tuple(release) or (0, 0))[:2])
+    return "%d-%d" % major_minor(release)
 
 
 def _check(name, ok, severity, detail, remedy=""):
@@ -137,11 +125,11 @@ def _skip(name, why):
 
 def _ccs(gpus):
     return sorted(set(g["compute_capability"] for g in gpus if g.get("compute_capability")),
-                  key=version_tuple)
+                  key=parse)
 
 
 def _major(cc):
-    return version_tuple(cc)[0]
+    return major_minor(cc)[0]
 
 
 def normalize_args(extra_args):
@@ -234,7 +222,7 @@ def _rule_strategy(facts, strategy):
     if error:
         return [_check("strategy", False, ERROR, error, "fix the strategy (see the error)")]
     gpus = facts.get("gpus") or []
-    need = layout["tp"] * layout["pp"]
+    need = gpus_needed(layout)
     detail = "tp%(tp)d pp%(pp)d ep%(ep)d dp%(dp)d" % layout
     if gpus and need < len(gpus):
         return [_check("strategy", True, WARNING, "%s uses %d of the %d GPUs on this host" % (
@@ -242,7 +230,7 @@ def _rule_strategy(facts, strategy):
     if gpus and need % len(gpus):
         return [_check("strategy", False, ERROR,
                        "%s needs %d GPUs, not a multiple of this host's %d" % (detail, need, len(gpus)),
-                       "choose a strategy whose tp*pp is a multiple of the GPUs per host")]
+                       "choose a strategy whose tp*pp*dp is a multiple of the GPUs per host")]
     return [_check("strategy", True, INFO, "%s on %d GPU(s) per host" % (detail, len(gpus)))]
 
 
@@ -255,7 +243,7 @@ def _rule_toolkit(facts):
             "cuda_toolkit", False, ERROR,
             "no nvcc: %s" % (cuda.get("detail") or "CUDA home %s" % cuda.get("home")),
             "install the CUDA toolkit (nvcc) matching torch's CUDA build and set CUDA_HOME "
-            "(prereqs_cuda_home); FlashInfer's JIT compiles kernels with it (prereqs.md 4.4)"))
+            "(prereqs_cuda_home); FlashInfer's JIT compiles kernels with it (docs/prereqs.md §5.1)"))
         return checks
     checks.append(_check("cuda_toolkit", True, INFO, "nvcc %s at %s (CUDA home %s from %s)" % (
         cuda.get("version"), cuda.get("nvcc"), cuda.get("home"), cuda.get("home_source"))))
@@ -272,7 +260,7 @@ def _rule_toolkit(facts):
                 "nvcc %s cannot target %s (--list-gpu-arch lacks %s)" % (
                     cuda.get("release"), ", ".join(ccs), ", ".join(missing)),
                 "install a CUDA toolkit that lists them: SM100/SM120 need CUDA >= 12.8, "
-                "SM103/SM121 >= 12.9 (prereqs.md 1.1-1.2)"))
+                "SM103/SM121 >= 12.9 (docs/prereqs.md §2)"))
         else:
             checks.append(_check("toolkit_arch", True, INFO, "nvcc --list-gpu-arch has %s" % ", ".join(
                 "compute_%s" % cc.replace(".", "") for cc in ccs)))
@@ -301,12 +289,12 @@ def _rule_driver(facts):
             checks.append(_check(name, True, WARNING, "no driver minimum known for CUDA %s" % release))
             continue
         label = what % release
-        if version_tuple(driver) >= version_tuple(need):
+        if at_least(driver, need):
             checks.append(_check(name, True, INFO, "driver %s >= %s for %s" % (driver, need, label)))
         else:
             checks.append(_check(
                 name, False, ERROR, "driver %s is older than %s, the minimum for %s" % (driver, need, label),
-                "upgrade the NVIDIA driver to >= %s (R580+ for CUDA 13.x, prereqs.md 1.3), or use a "
+                "upgrade the NVIDIA driver to >= %s (R580+ for CUDA 13.x, docs/prereqs.md §3), or use a "
                 "toolkit/torch build for an older CUDA" % need))
     return checks
 
@@ -315,7 +303,7 @@ def _header_package(header, release):
     dash = _dash(release) if release else "X-Y"
     if header == "cuda_runtime.h":
         return "cuda-cudart-dev-%s (deb) / cuda-cudart-devel-%s (rpm)" % (dash, dash)
-    # prereqs.md 4.5: Ubuntu's NVIDIA repo ships cuRAND headers in libcurand-dev-X-Y
+    # docs/prereqs.md §5.2: Ubuntu's NVIDIA repo ships cuRAND headers in libcurand-dev-X-Y
     # (cuda-curand-dev-X-Y does not exist); on RHEL cuda-libraries-devel-X-Y fixed it.
     return "libcurand-dev-%s (deb) / libcurand-devel-%s or cuda-libraries-devel-%s (rpm)" % (
         dash, dash, dash)
@@ -350,7 +338,7 @@ def _rule_headers(facts):
         remedies.append("point CUDA_HOME (prereqs_cuda_home) at %s, the toolkit nvcc really uses" % root)
     return [_check("cuda_headers", False, ERROR,
                    "; ".join(parts) + " (FlashInfer's JIT includes them from $CUDA_HOME/include, "
-                   "prereqs.md 4.5)", "; ".join(remedies))]
+                   "docs/prereqs.md §5.2)", "; ".join(remedies))]
 
 
 def _rule_compile(facts):
@@ -371,118 +359,123 @@ def _rule_compile(facts):
 
 
 def _rule_packages(facts):
+    """The venv's packages: the venv itself, torch's CUDA build, FlashInfer, SGLang's kernels."""
     pkgs = facts.get("packages")
-    gpus = facts.get("gpus") or []
-    cuda = facts.get("cuda") or {}
-    ccs = _ccs(gpus)
-    sm12 = [cc for cc in ccs if _major(cc) == 12]
-    checks = []
     if not pkgs:
-        checks.append(_skip("python_env", "no python (venv interpreter) given"))
-        return checks
-    versions = pkgs.get("versions") or {}
+        return [_skip("python_env", "no python (venv interpreter) given")]
     if pkgs.get("error"):
-        checks.append(_check("python_env", False, ERROR, pkgs["error"],
-                             "create the SGLang virtualenv first, or fix prereqs_python"))
-        return checks
-    checks.append(_check("python_env", True, INFO, "%s: %s" % (
-        ", ".join(pkgs.get("site_packages") or []) or "?",
-        ", ".join("%s %s" % kv for kv in sorted(versions.items())) or "no SGLang packages")))
+        return [_check("python_env", False, ERROR, pkgs["error"],
+                       "create the SGLang virtualenv first, or fix prereqs_python")]
+    versions = pkgs.get("versions") or {}
+    ccs = _ccs(facts.get("gpus") or [])
+    return [
+        _python_env_check(pkgs, versions),
+        _torch_cuda_check(pkgs, versions, ccs),
+        _flashinfer_nvcc_check(versions, ccs, (facts.get("cuda") or {}).get("release")),
+        _flashinfer_packages_check(versions),
+        _kernel_arch_check(versions, ccs),
+    ]
 
-    # torch CUDA build: SGLang's SM120 paths need torch.version.cuda >= 12.8, and cu126
-    # wheels have no sm_120 kernels (prereqs.md 3, 5.2).
+
+def _python_env_check(pkgs, versions):
+    return _check("python_env", True, INFO, "%s: %s" % (
+        ", ".join(pkgs.get("site_packages") or []) or "?",
+        ", ".join("%s %s" % kv for kv in sorted(versions.items())) or "no SGLang packages"))
+
+
+def _torch_cuda_check(pkgs, versions, ccs):
+    """SGLang's SM100/SM120 paths need torch.version.cuda >= 12.8, and cu126 wheels have no
+    sm_120 kernels (docs/prereqs.md §4)."""
     tcuda = pkgs.get("torch_cuda")
     if "torch" not in versions:
-        checks.append(_skip("torch_cuda", "torch not installed"))
-    elif not tcuda:
-        checks.append(_check("torch_cuda", False, ERROR, "torch %s has no CUDA build" % versions["torch"],
-                             "install a CUDA build of torch"))
-    elif [cc for cc in ccs if _major(cc) >= 10] and version_tuple(tcuda) < (12, 8):
-        checks.append(_check("torch_cuda", False, ERROR,
-                             "torch %s is built for CUDA %s; %s GPUs need CUDA >= 12.8 builds" % (
-                                 versions["torch"], tcuda, "/".join("SM" + c.replace(".", "") for c in ccs)),
-                             "install torch from the cu128 (or newer) index (prereqs.md 3)"))
-    else:
-        checks.append(_check("torch_cuda", True, INFO, "torch %s, CUDA %s (%s)" % (
-            versions["torch"], tcuda, pkgs.get("torch_cuda_source"))))
+        return _skip("torch_cuda", "torch not installed")
+    if not tcuda:
+        return _check("torch_cuda", False, ERROR, "torch %s has no CUDA build" % versions["torch"],
+                      "install a CUDA build of torch")
+    if [cc for cc in ccs if _major(cc) >= 10] and not at_least(tcuda, "12.8"):
+        return _check("torch_cuda", False, ERROR,
+                      "torch %s is built for CUDA %s; %s GPUs need CUDA >= 12.8 builds" % (
+                          versions["torch"], tcuda, "/".join("SM" + c.replace(".", "") for c in ccs)),
+                      "install torch from the cu128 (or newer) index (docs/prereqs.md §4)")
+    return _check("torch_cuda", True, INFO, "torch %s, CUDA %s (%s)" % (
+        versions["torch"], tcuda, pkgs.get("torch_cuda_source")))
 
-    # FlashInfer's SM12x gate (prereqs.md 4.3)
+
+def _flashinfer_gated(version):
+    """flashinfer-python 0.6.7.post2 to 0.7.0 require nvcc >= 12.9 on SM12x (docs/prereqs.md §5.3)."""
+    return at_least(version, "0.6.7.post2") and at_least("0.7.0", version)
+
+
+def _flashinfer_nvcc_check(versions, ccs, nvcc_rel):
+    """FlashInfer's SM12x CUDA-version gate (docs/prereqs.md §5.3)."""
     fi = versions.get("flashinfer-python")
-    nvcc_rel = cuda.get("release")
     if not fi:
-        checks.append(_skip("flashinfer_nvcc", "flashinfer-python not installed"))
-    elif not sm12:
-        checks.append(_skip("flashinfer_nvcc", "no SM12x GPU"))
-    elif not nvcc_rel:
-        checks.append(_check("flashinfer_nvcc", False, ERROR,
-                             "flashinfer-python %s on SM12x needs nvcc for its JIT; none found" % fi,
-                             "install a CUDA >= 12.9 toolkit and set CUDA_HOME"))
-    else:
-        key, rel = version_key(fi), version_tuple(nvcc_rel)
-        gated = version_key("0.6.7.post2") <= key <= version_key("0.7.0")
-        if gated and rel < (12, 9):
-            checks.append(_check(
-                "flashinfer_nvcc", False, ERROR,
-                "flashinfer-python %s targets 120f on SM12x and requires nvcc >= 12.9, found %s "
-                "(RuntimeError 'SM 12.x requires CUDA >= 12.9', seen as 'FlashInfer requires GPUs "
-                "with sm75 or higher')" % (fi, nvcc_rel),
-                "install CUDA >= 12.9 and point CUDA_HOME at it, or use flashinfer-python >= 0.7.1 "
-                "(accepts 12.8; prereqs.md 4.3)"))
-        elif rel < (12, 8):
-            checks.append(_check("flashinfer_nvcc", False, ERROR,
-                                 "flashinfer-python %s on SM12x needs nvcc >= 12.8, found %s" % (fi, nvcc_rel),
-                                 "install CUDA >= 12.9 and point CUDA_HOME at it"))
-        else:
-            checks.append(_check("flashinfer_nvcc", True, INFO,
-                                 "flashinfer-python %s with nvcc %s on SM12x" % (fi, nvcc_rel)))
+        return _skip("flashinfer_nvcc", "flashinfer-python not installed")
+    if not [cc for cc in ccs if _major(cc) == 12]:
+        return _skip("flashinfer_nvcc", "no SM12x GPU")
+    if not nvcc_rel:
+        return _check("flashinfer_nvcc", False, ERROR,
+                      "flashinfer-python %s on SM12x needs nvcc for its JIT; none found" % fi,
+                      "install a CUDA >= 12.9 toolkit and set CUDA_HOME (docs/prereqs.md §5.1)")
+    if _flashinfer_gated(fi) and not at_least(nvcc_rel, "12.9"):
+        return _check(
+            "flashinfer_nvcc", False, ERROR,
+            "flashinfer-python %s targets 120f on SM12x and requires nvcc >= 12.9, found %s "
+            "(RuntimeError 'SM 12.x requires CUDA >= 12.9', seen as 'FlashInfer requires GPUs "
+            "with sm75 or higher')" % (fi, nvcc_rel),
+            "install CUDA >= 12.9 and point CUDA_HOME at it, or use flashinfer-python >= 0.7.1 "
+            "(accepts 12.8; docs/prereqs.md §5.3)")
+    if not at_least(nvcc_rel, "12.8"):
+        return _check("flashinfer_nvcc", False, ERROR,
+                      "flashinfer-python %s on SM12x needs nvcc >= 12.8, found %s" % (fi, nvcc_rel),
+                      "install CUDA >= 12.9 and point CUDA_HOME at it (docs/prereqs.md §5.3)")
+    return _check("flashinfer_nvcc", True, INFO,
+                  "flashinfer-python %s with nvcc %s on SM12x" % (fi, nvcc_rel))
 
-    # cubin / jit-cache version lock (prereqs.md 4.2)
-    if fi:
-        bad = []
-        cubin = versions.get("flashinfer-cubin")
-        if cubin and public_version(cubin) != public_version(fi):
-            bad.append("flashinfer-cubin %s" % cubin)
-        jit = versions.get("flashinfer-jit-cache")
-        if jit and public_version(jit) != public_version(fi):
-            bad.append("flashinfer-jit-cache %s" % jit)
-        if bad:
-            checks.append(_check(
-                "flashinfer_packages", False, ERROR,
-                "%s != flashinfer-python %s: FlashInfer ignores mismatched packages and falls back "
-                "to JIT / cubin downloads" % (", ".join(bad), fi),
-                "install flashinfer-cubin==%s and flashinfer-jit-cache==%s(+cuXXX) or remove them" % (
-                    public_version(fi), public_version(fi))))
-        else:
-            checks.append(_check("flashinfer_packages", True, INFO, "flashinfer-python %s%s" % (
-                fi, "".join(", %s %s" % (n, versions[n]) for n in ("flashinfer-cubin", "flashinfer-jit-cache")
-                            if versions.get(n)))))
-    else:
-        checks.append(_skip("flashinfer_packages", "flashinfer-python not installed"))
 
-    # kernel wheel with SM120 cubins (prereqs.md 5.1: sgl-kernel >= 0.3.9; sglang-kernel 0.4.x)
+def _flashinfer_packages_check(versions):
+    """flashinfer-cubin / flashinfer-jit-cache version lock (docs/prereqs.md §5.4)."""
+    fi = versions.get("flashinfer-python")
+    if not fi:
+        return _skip("flashinfer_packages", "flashinfer-python not installed")
+    bad = ["%s %s" % (name, versions[name]) for name in ("flashinfer-cubin", "flashinfer-jit-cache")
+           if versions.get(name) and public_version(versions[name]) != public_version(fi)]
+    if bad:
+        return _check(
+            "flashinfer_packages", False, ERROR,
+            "%s != flashinfer-python %s: FlashInfer ignores mismatched packages and falls back "
+            "to JIT / cubin downloads" % (", ".join(bad), fi),
+            "install flashinfer-cubin==%s and flashinfer-jit-cache==%s(+cuXXX) or remove them "
+            "(docs/prereqs.md §5.4)" % (public_version(fi), public_version(fi)))
+    return _check("flashinfer_packages", True, INFO, "flashinfer-python %s%s" % (
+        fi, "".join(", %s %s" % (n, versions[n]) for n in ("flashinfer-cubin", "flashinfer-jit-cache")
+                    if versions.get(n))))
+
+
+def _kernel_arch_check(versions, ccs):
+    """Kernel wheel with SM120 cubins: sgl-kernel >= 0.3.9 or sglang-kernel 0.4.x (docs/prereqs.md §6)."""
     sgk = versions.get("sgl-kernel")
     sgk_new = versions.get("sglang-kernel")
-    if not sm12:
-        checks.append(_skip("sgl_kernel_arch", "no SM12x GPU"))
-    elif sgk_new:
-        checks.append(_check("sgl_kernel_arch", True, INFO, "sglang-kernel %s has SM120 kernels" % sgk_new))
-    elif sgk and version_key(sgk) < version_key("0.3.9"):
-        checks.append(_check(
+    if not [cc for cc in ccs if _major(cc) == 12]:
+        return _skip("sgl_kernel_arch", "no SM12x GPU")
+    if sgk_new:
+        return _check("sgl_kernel_arch", True, INFO, "sglang-kernel %s has SM120 kernels" % sgk_new)
+    if sgk and not at_least(sgk, "0.3.9"):
+        return _check(
             "sgl_kernel_arch", False, ERROR,
             "sgl-kernel %s has no SM120 kernels (first with them: 0.3.9, sglang 0.5.2)" % sgk,
-            "upgrade SGLang to >= 0.5.2 (sgl-kernel >= 0.3.9) or sglang-kernel 0.4.x"))
-    elif sgk:
-        checks.append(_check("sgl_kernel_arch", True, INFO, "sgl-kernel %s has SM120 kernels" % sgk))
-    elif versions.get("sglang"):
-        checks.append(_check("sgl_kernel_arch", True, WARNING,
-                             "sglang %s installed without sgl-kernel/sglang-kernel" % versions["sglang"]))
-    else:
-        checks.append(_skip("sgl_kernel_arch", "no SGLang kernel package"))
-    return checks
+            "upgrade SGLang to >= 0.5.2 (sgl-kernel >= 0.3.9) or sglang-kernel 0.4.x "
+            "(docs/prereqs.md §6)")
+    if sgk:
+        return _check("sgl_kernel_arch", True, INFO, "sgl-kernel %s has SM120 kernels" % sgk)
+    if versions.get("sglang"):
+        return _check("sgl_kernel_arch", True, WARNING,
+                      "sglang %s installed without sgl-kernel/sglang-kernel" % versions["sglang"])
+    return _skip("sgl_kernel_arch", "no SGLang kernel package")
 
 
 def _backend_problem(backend, cc, phase):
-    """Why ``backend`` cannot run on ``cc`` (prereqs.md 5.1, 5.3, 2), or ``None``."""
+    """Why ``backend`` cannot run on ``cc`` (docs/prereqs.md §7), or ``None``."""
     major = _major(cc)
     if backend == "fa3" and major not in (8, 9):
         return "fa3 kernels exist for SM80/86/89/90 only (is_fa3_supported)"
@@ -490,7 +483,7 @@ def _backend_problem(backend, cc, phase):
         return "FlashMLA is built for SM90/SM100 only"
     if backend in ("trtllm_mla", "trtllm_mha") and major != 10:
         if major == 12 and phase == "decode":
-            return None  # decode works via xqa on SM120 (prereqs.md 5.3)
+            return None  # decode works via xqa on SM120 (docs/prereqs.md §7)
         return "trtllm-gen kernels exist for SM100/SM103 only ('Unsupported architecture')"
     return None
 
@@ -519,7 +512,7 @@ def _rule_attention(facts, args):
     if problems:
         safe = "triton or flashinfer" if any(_major(c) == 12 for c in ccs) else "flashinfer or triton"
         return [_check("attention_backend", False, ERROR, "; ".join(problems),
-                       "use --attention-backend %s on these GPUs (prereqs.md 5.3)" % safe)]
+                       "use --attention-backend %s on these GPUs (docs/prereqs.md §7)" % safe)]
     return [_check("attention_backend", True, INFO, ", ".join(
         "%s %s" % (f, b) for f, b, _unused in wanted) + " supported on " + ", ".join("SM" + c.replace(".", "") for c in ccs))]
 
@@ -529,14 +522,14 @@ def _rule_deepep(facts, args):
         return []
     topo = (facts.get("topology") or {}).get("kind", "unknown")
     remedy = ("use --moe-a2a-backend none (all-reduce/all-gather dispatch works on PCIe), or "
-              "run DeepEP on NVLink hosts (prereqs.md 6)")
+              "run DeepEP on NVLink hosts (docs/prereqs.md §8)")
     if topo in ("pcie", "mixed"):
         return [_check("deepep_topology", False, ERROR,
                        "--moe-a2a-backend deepep needs NVLink between every GPU pair (normal mode), "
                        "this host is %s" % ("PCIe-only" if topo == "pcie" else "only partly NVLinked"),
                        remedy)]
     if topo == "nvlink":
-        old = [cc for cc in _ccs(facts.get("gpus") or []) if version_tuple(cc) < (9, 0)]
+        old = [cc for cc in _ccs(facts.get("gpus") or []) if not at_least(cc, "9.0")]
         if old:
             return [_check("deepep_topology", False, ERROR,
                            "DeepEP needs SM90 or newer, found %s" % ", ".join(old), remedy)]

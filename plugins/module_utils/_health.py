@@ -20,34 +20,31 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import re
+from ansible_collections.gpufleet.sglang.plugins.module_utils._version import at_least, parse
 
 
-def parse_version(text):
-    """'0.5.4.post3' -> (0, 5, 4, 3); '0.5.23' -> (0, 5, 23, 0). Unknown parts sort low."""
-    if not isinstance(text, str):
-        raise ValueError("version must be a string, got %r" % (text,))
-    match = re.match(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?(?:\.?post(\d+))?", text)
-    if not match:
+def _release(text):
+    """Check that ``text`` is an SGLang release; ValueError naming it otherwise."""
+    try:
+        parse(text)
+    except ValueError:
         raise ValueError("cannot read an SGLang version from %r" % (text,))
-    major, minor, patch, post = match.groups()
-    return (int(major), int(minor), int(patch or 0), int(post or 0))
+    return text
 
 
 def readiness_path(release):
     """The route that answers 200 only once the server can serve, for ``release``."""
-    version = parse_version(release)
-    if version >= (0, 5, 23, 0):
+    release = _release(release)
+    if at_least(release, "0.5.23"):
         return "/ready"
-    if version >= (0, 5, 0, 0):
+    if at_least(release, "0.5.0"):
         return "/health"
     return "/health_generate"
 
 
 def info_paths(release):
     """Routes that report the server's model and resolved arguments, for ``release``."""
-    version = parse_version(release)
-    if version >= (0, 5, 9, 0):
+    if at_least(_release(release), "0.5.9"):
         return {"model_info": "/model_info", "server_info": "/server_info"}
     return {"model_info": "/get_model_info", "server_info": "/get_server_info"}
 

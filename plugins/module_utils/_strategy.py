@@ -12,14 +12,21 @@ A strategy names how one SGLang server spreads a model over GPUs:
 * the grammar ``tp<N>[-pp<N>][-ep<N>][-dp<N>]``, e.g. ``tp16`` over two hosts or
   ``tp8-pp2``; a leading ``pp<N>`` (tp 1) is accepted as well, as in the ``pp8`` preset.
 
+``dp`` is SGLang's ``--dp-size``: the number of data-parallel replicas of the
+``tp * pp`` group. The collection renders it as ``--dp-size N`` alone (``_sglang_argv``),
+without ``--enable-dp-attention``, and that is what it means to SGLang: N full copies of
+the model, each on its own ``tp * pp`` GPUs. (DP attention, where dp splits the TP group
+instead of multiplying it, is not a strategy here; the capacity planner can still plan it
+with ``dp_attention=True``.)
+
 SGLang's rules that a layout must obey before any server is touched:
 
-* ``tp * pp`` GPUs per server equal the GPUs the server's hosts have
-  (``gpus_per_node * nnodes``);
+* ``tp * pp * dp`` GPUs per server (:func:`gpus_needed`) equal the GPUs the server's
+  hosts have (``gpus_per_node * nnodes``);
 * the expert-parallel size divides the tensor-parallel size (SGLang runs EP inside the
   TP group: ``--ep-size`` must divide ``--tp-size``);
-* the data-parallel size divides the tensor-parallel size (DP attention splits the TP
-  group into DP replicas of the attention layers).
+* with DP attention only, the data-parallel size divides the tensor-parallel size (DP
+  attention splits the TP group into DP replicas of the attention layers).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -114,11 +121,6 @@ def normalize_layout(layout, source=None):
             "strategy %s: ep %d does not divide tp %d (SGLang runs expert parallelism "
             "inside the tensor-parallel group)" % (label, result["ep"], result["tp"])
         )
-    if result["tp"] % result["dp"]:
-        raise StrategyError(
-            "strategy %s: dp %d does not divide tp %d (DP attention splits the "
-            "tensor-parallel group)" % (label, result["dp"], result["tp"])
-        )
     return result
 
 
@@ -135,21 +137,50 @@ def strategy_name(layout):
     return "-".join(parts)
 
 
-def check_fits(layout, gpus_per_node, nnodes=1, source=None):
-    """Raise StrategyError unless tp*pp equals the GPUs of the server's hosts."""
+def gpus_needed(layout, dp_attention=False):
+    """GPUs one server of ``layout`` runs on: the collection's one GPU-count rule.
+
+    ``tp * pp * dp``: ``--dp-size N`` without ``--enable-dp-attention`` runs N replicas of
+    the ``tp * pp`` group. With DP attention (``dp_attention=True``) dp splits the TP group
+    and the server needs ``tp * pp``; then dp must divide tp (StrategyError otherwise).
+    """
+    tp, pp, dp = (int(layout.get(key, 1)) for key in ("tp", "pp", "dp"))
+    if dp_attention:
+        if tp % dp:
+            raise StrategyError(
+                "dp %d does not divide tp %d (DP attention splits the tensor-parallel group)"
+                % (dp, tp))
+        return tp * pp
+    return tp * pp * dp
+
+
+def gpu_formula(layout, dp_attention=False):
+    """How :func:`gpus_needed` counted, for messages: ``'tp*pp*dp = 4*1*2 = 8'``."""
+    if dp_attention or int(layout.get("dp", 1)) == 1:
+        return "tp*pp = %d*%d = %d" % (layout["tp"], layout["pp"], gpus_needed(layout, dp_attention))
+    return "tp*pp*dp = %d*%d*%d = %d" % (layout["tp"], layout["pp"], layout["dp"],
+                                         gpus_needed(layout))
+
+
+def check_fits(layout, gpus_per_node, nnodes=1, source=None, dp_attention=False):
+    """Raise StrategyError unless :func:`gpus_needed` equals the GPUs of the server's hosts."""
     label = _shorten(source if source is not None else strategy_name(layout))
     for what, value in (("GPU count", gpus_per_node), ("node count", nnodes)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise StrategyError(
                 "%s must be a positive integer for strategy %s, got %r" % (what, label, value)
             )
-    need = layout["tp"] * layout["pp"]
+    try:
+        need = gpus_needed(layout, dp_attention)
+    except StrategyError as exc:
+        raise StrategyError("strategy %s: %s" % (label, exc))
     have = gpus_per_node * nnodes
     if need != have:
+        counted = gpu_formula(layout, dp_attention)
         raise StrategyError(
-            "strategy %s needs tp*pp = %d*%d = %d GPUs, but the server has %d "
-            "(%d node(s) x %d GPUs); tp*pp must equal the GPU count"
-            % (label, layout["tp"], layout["pp"], need, have, nnodes, gpus_per_node)
+            "strategy %s needs %s GPUs, but the server has %d "
+            "(%d node(s) x %d GPUs); %s must equal the GPU count"
+            % (label, counted, have, nnodes, gpus_per_node, counted.split(" = ")[0])
         )
 
 
@@ -160,7 +191,7 @@ def resolve(strategy, gpus_per_node, nnodes=1):
     plan = dict(layout)
     plan["name"] = strategy_name(layout)
     plan["nnodes"] = nnodes
-    plan["gpus"] = layout["tp"] * layout["pp"]
+    plan["gpus"] = gpus_needed(layout)
     return plan
 
 

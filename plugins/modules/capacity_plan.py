@@ -52,8 +52,11 @@ options:
     description:
       - Strategies to plan. A string is a strategy name (V(tp8), V(pp8), V(ep8), V(ep4) or
         C(tp<N>[-pp<N>][-ep<N>][-dp<N>])); a mapping is a layout with keys C(tp), C(pp),
-        C(ep), C(dp) and optionally C(name), C(dp_attention) (default C(dp > 1)) and
+        C(ep), C(dp) and optionally C(name), C(dp_attention) and
         C(pp_layer_partition) (a split to evaluate instead of searching one).
+      - C(dp) is SGLang's C(--dp-size) as the collection renders it, N replicas of the
+        C(tp*pp) group on C(tp*pp*dp) GPUs. C(dp_attention=true) plans C(--enable-dp-attention)
+        instead (dp splits the TP group, C(tp*pp) GPUs); default V(false).
     type: list
     elements: raw
     required: true

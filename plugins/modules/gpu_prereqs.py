@@ -184,6 +184,7 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpufleet.sglang.plugins.module_utils._command import CommandResult, run
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _gpu_env as env
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _gpu_parse as parse
 from ansible_collections.gpufleet.sglang.plugins.module_utils._gpu_prereqs import (
@@ -195,21 +196,21 @@ _SITE_SNIPPET = "import json, site, sys; print(json.dumps({'site': site.getsitep
 
 
 class Prober(object):
-    """Runs the probe commands through ``module.run_command`` and records failures."""
+    """Runs the probe commands through the collection's command runner and records failures."""
 
     def __init__(self, module):
         self.module = module
         self.failures = []
 
-    def run(self, argv, **kwargs):
+    def run(self, argv):
         try:
-            rc, out, err = self.module.run_command(argv, **kwargs)
+            result = run(self.module, argv)
         except Exception as exc:  # pylint: disable=broad-except
-            rc, out, err = 127, "", "%s" % exc
-        if rc != 0:
-            self.failures.append({"cmd": argv, "rc": rc, "stdout": (out or "")[-2000:],
-                                  "stderr": (err or "")[-2000:]})
-        return rc, out or "", err or ""
+            result = CommandResult(argv, 127, "", "%s" % exc)
+        if not result.ok:
+            self.failures.append({"cmd": result.cmd, "rc": result.rc, "stdout": result.stdout[-2000:],
+                                  "stderr": result.stderr[-2000:]})
+        return result.rc, result.stdout, result.stderr
 
     # ---------------------------------------------------------------- nvidia-smi
 

@@ -171,9 +171,9 @@ import hashlib
 import json
 import os
 import tempfile
-import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpufleet.sglang.plugins.module_utils._command import fail, run
 from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_help import (
     PARSER_VERSION,
     HelpParseError,
@@ -199,29 +199,16 @@ _PROBE_CODE = (
 )
 
 
-def _fail_cmd(module, msg, cmd, rc, out, err, **extra):
-    module.fail_json(msg=msg, cmd=cmd, rc=rc, stdout=out, stderr=err, **extra)
-
-
-def _with_timeout(module, cmd, seconds):
-    timeout_bin = module.get_bin_path("timeout")
-    if timeout_bin and seconds and seconds > 0:
-        return [timeout_bin, "--kill-after=10", str(seconds)] + cmd
-    return cmd
-
-
 def _probe_release(module, python, env, timeout):
-    cmd = _with_timeout(module, [python, "-c", _PROBE_CODE], timeout)
-    rc, out, err = module.run_command(cmd, environ_update=env, cwd="/")
-    if rc != 0:
-        _fail_cmd(module, "could not read the installed SGLang release with %s (rc=%s)" % (python, rc),
-                  cmd, rc, out, err)
+    result = run(module, [python, "-c", _PROBE_CODE], timeout=timeout, env=env)
+    if not result.ok:
+        fail(module, "could not read the installed SGLang release with %s (rc=%s)" % (python, result.rc),
+             result)
     try:
-        info = json.loads(out.strip().splitlines()[-1])
+        info = json.loads(result.stdout.strip().splitlines()[-1])
         version = str(info["version"])
     except (ValueError, KeyError, IndexError, TypeError) as exc:
-        _fail_cmd(module, "unexpected output of the SGLang release query: %s" % exc,
-                  cmd, rc, out, err)
+        fail(module, "unexpected output of the SGLang release query: %s" % exc, result)
     seed = "|".join(str(info.get(k)) for k in ("version", "dist_info", "record_sha256", "python"))
     info["fingerprint"] = hashlib.sha256(seed.encode("utf-8")).hexdigest()
     return info
@@ -269,22 +256,18 @@ def _write_cache(module, path, data):
 
 
 def _run_help(module, python, env, timeout, version):
-    cmd = _with_timeout(module, [python, "-m", "sglang.launch_server", "--help"], timeout)
-    started = time.time()
-    rc, out, err = module.run_command(cmd, environ_update=env, cwd="/")
-    elapsed = time.time() - started
-    if rc != 0:
-        if rc in (124, 137) and cmd[0] != python:
+    result = run(module, [python, "-m", "sglang.launch_server", "--help"], timeout=timeout, env=env)
+    if not result.ok:
+        if result.timed_out:
             msg = "sglang %s: '--help' timed out after %ss" % (version, timeout)
         else:
-            msg = "sglang %s: '%s -m sglang.launch_server --help' failed (rc=%s)" % (version, python, rc)
-        _fail_cmd(module, msg, cmd, rc, out, err)
+            msg = "sglang %s: '%s -m sglang.launch_server --help' failed (rc=%s)" % (version, python, result.rc)
+        fail(module, msg, result)
     try:
-        parsed = parse_help(out)
+        parsed = parse_help(result.stdout)
     except HelpParseError as exc:
-        _fail_cmd(module, "sglang %s: could not parse the '--help' output: %s" % (version, exc),
-                  cmd, rc, out, err)
-    return parsed, elapsed
+        fail(module, "sglang %s: could not parse the '--help' output: %s" % (version, exc), result)
+    return parsed, result.elapsed
 
 
 def main():

@@ -110,10 +110,11 @@ journal:
 import socket
 import time
 import traceback
+from urllib.parse import urlparse
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-from ansible.module_utils.six.moves.urllib.parse import urlparse
 
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _command
 from ansible_collections.gpufleet.sglang.plugins.module_utils._health import (
     parse_unit_show,
     readiness_path,
@@ -143,11 +144,10 @@ class Waiter(object):
         cmd = [self.systemctl, "show", self.params["unit"]]
         for prop in UNIT_PROPS:
             cmd.extend(["-p", prop])
-        rc, out, err = self.module.run_command(cmd)
-        if rc != 0:
-            self.module.fail_json(msg="cannot read the state of %s" % self.params["unit"],
-                                  cmd=cmd, rc=rc, stdout=out, stderr=err)
-        return parse_unit_show(out)
+        result = _command.run(self.module, cmd)
+        if not result.ok:
+            _command.fail(self.module, "cannot read the state of %s" % self.params["unit"], result)
+        return parse_unit_show(result.stdout)
 
     def journal(self):
         journalctl = self.module.get_bin_path("journalctl")
@@ -155,8 +155,8 @@ class Waiter(object):
             return []
         cmd = [journalctl, "-u", self.params["unit"], "-n", str(self.params["journal_lines"]),
                "--no-pager", "-o", "short-iso"]
-        rc, out, err = self.module.run_command(cmd)
-        return (out or err).splitlines()
+        result = _command.run(self.module, cmd)
+        return (result.stdout or result.stderr).splitlines()
 
     def fail(self, msg, **extra):
         journal = self.journal()

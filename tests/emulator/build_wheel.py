@@ -2,16 +2,25 @@
 
     python3 tests/emulator/build_wheel.py --release 0.5.9 --out dist/
 
-Distribution ``sglang``, version = the emulated release. The wheel holds the package from
-``tests/emulator/src/sglang`` plus that release's captured help text(s) and argparse dump
-from ``tests/fixtures/sglang-help`` as package data (``sglang/_emulator/data/``). It is
-byte-for-byte reproducible: fixed timestamps and permissions, sorted entries. Stdlib only.
-Prints the wheel's path.
+Distribution ``sglang``, version = the emulated release. The wheel holds:
+
+- the package from ``tests/emulator/src/sglang``;
+- that release's captured help text(s) and argparse dump from
+  ``tests/fixtures/sglang-help``, as package data (``sglang/_emulator/data/``);
+- the collection's capacity model, vendored as ``sglang/_emulator/_vendor/``:
+  ``plugins/module_utils/_capacity.py`` and every module_utils file it imports,
+  transitively. ``sglang/_emulator/_vendor/__init__.py`` finds those files
+  (``closure``) and rewrites their collection imports (``rewrite_source``), so hosts
+  without the collection can size memory with the planner's own code.
+
+The wheel is byte-for-byte reproducible: fixed timestamps and permissions, sorted
+entries. Stdlib only. Prints the wheel's path.
 """
 
 import argparse
 import base64
 import hashlib
+import importlib.util
 import os
 import sys
 import zipfile
@@ -19,6 +28,8 @@ import zipfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(HERE, "src")
 FIXTURES = os.path.normpath(os.path.join(HERE, "..", "fixtures", "sglang-help"))
+MODULE_UTILS = os.path.normpath(os.path.join(HERE, "..", "..", "plugins", "module_utils"))
+VENDOR_INIT = os.path.join(SRC, "sglang", "_emulator", "_vendor", "__init__.py")
 RELEASES = ("0.4.6.post5", "0.5.4.post3", "0.5.9", "0.5.23")
 DATE = (1980, 1, 1, 0, 0, 0)
 SUMMARY = ("TEST DOUBLE: SGLang emulator for the gpufleet.sglang tests -- NOT the real "
@@ -55,6 +66,27 @@ def _data_files(release):
     return files
 
 
+def _vendor_files():
+    """The capacity model of the collection, rewritten to import from the wheel.
+
+    The rewrite lives in ``_vendor/__init__.py``. It is loaded here from its file, not
+    imported, because importing ``sglang`` would run the emulator's package init.
+    """
+    spec = importlib.util.spec_from_file_location("_sglang_emulator_vendor", VENDOR_INIT)
+    vendor = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(vendor)
+    files = {}
+    for name in vendor.closure(_read_module_util):
+        text = vendor.rewrite_source(name, _read_module_util(name))
+        files["sglang/_emulator/_vendor/%s.py" % name] = text.encode("utf-8")
+    return files
+
+
+def _read_module_util(name):
+    with open(os.path.join(MODULE_UTILS, name + ".py"), encoding="utf-8") as fh:
+        return fh.read()
+
+
 def _record_hash(data):
     digest = hashlib.sha256(data).digest()
     return "sha256=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
@@ -66,6 +98,7 @@ def build(release, out_dir):
     dist_info = "sglang-%s.dist-info" % release
     files = _package_files()
     files.update(_data_files(release))
+    files.update(_vendor_files())
     files[dist_info + "/METADATA"] = (
         "Metadata-Version: 2.1\n"
         "Name: sglang\n"

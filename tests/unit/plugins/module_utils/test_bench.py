@@ -163,6 +163,12 @@ def test_bench_serving_module_by_release(release, module):
     assert _bench.bench_serving_module(release) == module
 
 
+@pytest.mark.parametrize("release", ["latest", "", None])
+def test_bench_serving_module_refuses_unreadable_release(release):
+    with pytest.raises(BenchError, match="cannot read an SGLang version from"):
+        _bench.bench_serving_module(release)
+
+
 def test_aiperf_argv():
     argv = _bench.aiperf_argv("/v/bin/aiperf", "http://h:30000/", "kimi", "/tok", 16, 64, 128, 64,
                               "/r/a", seed=3, warmup_requests=2, workers_max=4)

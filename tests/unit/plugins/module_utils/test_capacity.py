@@ -28,6 +28,10 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils._capacity import (
     plan_layout,
     spec_from_config,
 )
+from ansible_collections.gpufleet.sglang.plugins.module_utils._strategy import (
+    StrategyError,
+    check_fits,
+)
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures")
 MODELS = os.path.join(FIXTURES, "models")
@@ -183,6 +187,43 @@ def test_layout_gpu_mismatch_refused(k25):
     assert plan_layout(k25, {"tp": 16}, 8, RTX_PRO_6000_MIB, nnodes=2)["gpus"] == 16
 
 
+def test_tp4_dp2_is_two_replicas_on_eight_gpus(k25):
+    """dp without DP attention (what the collection renders) replicates the tp group."""
+    plan = plan_layout(k25, {"tp": 4, "dp": 2}, 8, RTX_PRO_6000_MIB)
+    assert plan["gpus"] == 8 and not plan["layout"]["dp_attention"]
+    tp4 = plan_layout(k25, {"tp": 4}, 4, RTX_PRO_6000_MIB)
+    # every replica holds what a lone tp4 server holds
+    assert plan["weights_per_gpu_gib"] == tp4["weights_per_gpu_gib"] * 2
+    assert plan["kv_tokens"] == tp4["kv_tokens"]
+    with pytest.raises(cap.LayoutError, match="needs 8 GPUs, the server has 4"):
+        plan_layout(k25, {"tp": 4, "dp": 2}, 4, RTX_PRO_6000_MIB)
+    # DP attention splits the tp4 group instead: 4 GPUs
+    assert plan_layout(k25, {"tp": 4, "dp": 2}, 4, RTX_PRO_6000_MIB, dp_attention=True)["gpus"] == 4
+    with pytest.raises(cap.LayoutError, match="needs 4 GPUs, the server has 8"):
+        plan_layout(k25, {"tp": 4, "dp": 2}, 8, RTX_PRO_6000_MIB, dp_attention=True)
+
+
+@pytest.mark.parametrize("dp_attention", [False, True])
+def test_planner_and_strategy_count_gpus_alike(k25, dp_attention):
+    """plan_layout accepts a GPU count exactly when _strategy.check_fits does."""
+    for layout in ({"tp": 4, "dp": 2}, {"tp": 8}, {"tp": 2, "pp": 2, "dp": 2}, {"tp": 4, "pp": 2},
+                   {"tp": 8, "dp": 8}, {"tp": 2, "dp": 4}):
+        full = dict({"pp": 1, "ep": 1, "dp": 1}, **layout)
+        for gpus in (2, 4, 8, 16):
+            try:
+                check_fits(full, gpus, dp_attention=dp_attention)
+                fits = True
+            except StrategyError:
+                fits = False
+            try:
+                plan_layout(k25, layout, gpus, RTX_PRO_6000_MIB, dp_attention=dp_attention)
+                planned = True
+            except cap.LayoutError as exc:
+                assert "GPUs" in str(exc) or "divide" in str(exc), str(exc)
+                planned = False
+            assert planned == fits, (layout, gpus, dp_attention)
+
+
 # ---- SGLang rules ------------------------------------------------------------------------
 
 def test_default_pp_partition():
@@ -252,7 +293,7 @@ def test_k25_pp8_balanced_split(k25):
 
 def test_k25_dp_attention_replicates_attention(k25):
     tp8 = plan_layout(k25, {"tp": 8}, 8, RTX_PRO_6000_MIB)
-    dp8 = plan_layout(k25, {"tp": 8, "dp": 8}, 8, RTX_PRO_6000_MIB)
+    dp8 = plan_layout(k25, {"tp": 8, "dp": 8}, 8, RTX_PRO_6000_MIB, dp_attention=True)
     assert dp8["layout"]["dp_attention"]
     attention = sum(layer.attn_bytes for layer in k25.layers)
     # attention no longer split 8 ways (+7/8 of the split part), embedding replicated

@@ -17,6 +17,7 @@ import pytest
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _gpu_env as env
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _gpu_parse as parse
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _gpu_prereqs as rules
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _version
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIX = os.path.join(HERE, "..", "..", "..", "fixtures")
@@ -178,7 +179,7 @@ def test_real_nvcc_version_and_arches():
     assert info["release"] in out
     arches = parse.parse_gpu_arch_list(
         subprocess.run([NVCC, "--list-gpu-arch"], capture_output=True, text=True, check=True).stdout)
-    if parse.version_tuple(info["release"]) >= (12, 8):
+    if _version.at_least(info["release"], "12.8"):
         assert "compute_120" in arches and "compute_90" in arches
     dryrun = subprocess.run([NVCC, "--dryrun", "-x", "cu", "-c", os.devnull, "-o", os.devnull],
                             capture_output=True, text=True, check=False)
@@ -264,7 +265,7 @@ def test_real_toolkit_headers_and_remedy():
     if any(h.startswith("curand") for h in absent):
         dash = release.replace(".", "-")
         assert "libcurand-dev-%s" % dash in check["remedy"]
-        assert "cuda-curand-dev" not in check["remedy"]  # that package does not exist (prereqs.md 4.5)
+        assert "cuda-curand-dev" not in check["remedy"]  # that package does not exist (docs/prereqs.md §5.2)
 
 
 # ------------------------------------------------------------------------------ rules
@@ -393,10 +394,40 @@ def test_strategy_rules():
     assert not by_name(rules.evaluate(base_facts(), strategy="tp12"))["strategy"]["ok"]
     assert not by_name(rules.evaluate(base_facts(), strategy="bogus"))["strategy"]["ok"]
     assert by_name(rules.evaluate(base_facts(), strategy={"tp": 4}))["strategy"]["severity"] == "warning"
+    # dp replicas count: tp4-dp2 is two tp4 servers' worth of GPUs (the same rule as check_fits)
+    facts = base_facts()
+    assert len(facts["gpus"]) == 8
+    tp4_dp2 = by_name(rules.evaluate(facts, strategy="tp4-dp2"))["strategy"]
+    assert tp4_dp2["ok"] and tp4_dp2["severity"] == "info" and "8 GPU(s) per host" in tp4_dp2["detail"]
+    tp4_dp3 = by_name(rules.evaluate(facts, strategy="tp4-dp3"))["strategy"]
+    assert not tp4_dp3["ok"] and "needs 12 GPUs" in tp4_dp3["detail"]
 
 
-def test_version_key_and_driver_minimum():
+def test_version_order_and_driver_minimum():
     order = ["0.6.5", "0.6.7", "0.6.7.post2", "0.6.18", "0.7.0rc1", "0.7.0", "0.7.0.post1", "0.7.1"]
-    assert sorted(order, key=rules.version_key) == order
+    assert sorted(reversed(order), key=_version.parse) == order
     assert rules.driver_minimum("12.8") == "570.26" and rules.driver_minimum("13.1") == "580.65.06"
     assert rules.driver_minimum("11.8") is None
+
+
+def test_remedies_cite_sections_of_the_shipped_docs():
+    """The doctor cites docs/prereqs.md (in the collection), and only sections that exist."""
+    root = os.path.join(HERE, "..", "..", "..", "..")
+    with open(os.path.join(root, "docs", "prereqs.md"), encoding="utf-8") as handle:
+        doc = handle.read()
+    sections = set(re.findall(r"^#{2,3} (\d+(?:\.\d+)?)\.? ", doc, re.MULTILINE))
+    assert {"1", "3", "5.3", "8"} <= sections
+    cited = set()
+    for module in (rules, env, parse):
+        with open(module.__file__.replace(".pyc", ".py"), encoding="utf-8") as handle:
+            source = handle.read()
+        assert "shared/" not in source and "reference/" not in source, module.__name__
+        # every mention of prereqs.md is a docs/prereqs.md section
+        assert not re.findall(r"(?<!docs/)prereqs\.md", source), module.__name__
+        cited.update(re.findall(r"docs/prereqs\.md §(\d+(?:\.\d+)?)", source))
+    assert cited and cited <= sections, sorted(cited - sections)
+    # the remedies a user sees carry the citation too
+    facts = base_facts()
+    facts["cuda"] = {"found": False, "home": "/usr/local/cuda"}
+    remedy = by_name(rules.evaluate(facts))["cuda_toolkit"]["remedy"]
+    assert "docs/prereqs.md §5.1" in remedy

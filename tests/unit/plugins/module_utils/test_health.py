@@ -3,7 +3,6 @@ import pytest
 from ansible_collections.gpufleet.sglang.plugins.module_utils._health import (
     info_paths,
     parse_unit_show,
-    parse_version,
     readiness_path,
     unit_failure,
 )
@@ -20,11 +19,23 @@ def test_readiness_path_per_release(release, path):
     assert readiness_path(release) == path
 
 
-def test_versions_order():
-    assert parse_version("0.5.4.post3") == (0, 5, 4, 3)
-    assert parse_version("0.5.9") < parse_version("0.5.23")
-    with pytest.raises(ValueError):
-        parse_version("latest")
+@pytest.mark.parametrize("release", ["latest", "nightly", "", None])
+def test_unreadable_release_refused(release):
+    with pytest.raises(ValueError, match="cannot read an SGLang version from"):
+        readiness_path(release)
+    with pytest.raises(ValueError, match="cannot read an SGLang version from"):
+        info_paths(release)
+
+
+@pytest.mark.parametrize("release, path", [
+    ("v0.5.23", "/ready"),
+    ("0.5.23rc1", "/health"),  # a pre-release of 0.5.23 is older than 0.5.23
+    ("0.5.22.post1", "/health"),
+    ("0.5.0rc0", "/health_generate"),
+    ("0.5.12.dev136+g9dfb1d2eb", "/health"),
+])
+def test_readiness_path_orders_like_pep440(release, path):
+    assert readiness_path(release) == path
 
 
 def test_info_paths():

@@ -4,6 +4,7 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils._strategy import (
     PRESETS,
     StrategyError,
     check_fits,
+    gpus_needed,
     parse_strategy,
     resolve,
     strategy_name,
@@ -50,11 +51,51 @@ def test_non_string():
 
 @pytest.mark.parametrize("name, msg", [("tp8-ep3", "ep 3 does not divide tp 8"),
                                        ("tp6-ep4", "ep 4 does not divide tp 6"),
-                                       ("tp8-dp3", "dp 3 does not divide tp 8"),
                                        ("pp8-ep8", "ep 8 does not divide tp 1")])
 def test_divisibility(name, msg):
     with pytest.raises(StrategyError, match=msg):
         parse_strategy(name)
+
+
+def test_dp_is_replicas_and_need_not_divide_tp():
+    # --dp-size without DP attention replicates the tp*pp group: no divisibility rule
+    layout = parse_strategy("tp8-dp3")
+    assert layout == {"tp": 8, "pp": 1, "ep": 1, "dp": 3}
+    assert gpus_needed(layout) == 24
+    check_fits(layout, 8, nnodes=3)
+    # with DP attention dp splits the TP group, so it must divide tp
+    with pytest.raises(StrategyError, match="dp 3 does not divide tp 8"):
+        gpus_needed(layout, dp_attention=True)
+    with pytest.raises(StrategyError, match="strategy 'tp8-dp3': dp 3 does not divide tp 8"):
+        check_fits(layout, 8, dp_attention=True)
+
+
+def test_tp4_dp2_needs_eight_gpus():
+    """tp4-dp2 renders '--tp-size 4 --dp-size 2' (no DP attention): two tp4 replicas."""
+    layout = parse_strategy("tp4-dp2")
+    assert gpus_needed(layout) == 8
+    check_fits(layout, 8)
+    check_fits(layout, 4, nnodes=2)
+    with pytest.raises(StrategyError,
+                       match=r"needs tp\*pp\*dp = 4\*1\*2 = 8 GPUs, but the server has 4 "
+                             r"\(1 node\(s\) x 4 GPUs\); tp\*pp\*dp must equal the GPU count"):
+        check_fits(layout, 4)
+    # DP attention: dp splits the tp4 group, 4 GPUs
+    assert gpus_needed(layout, dp_attention=True) == 4
+    check_fits(layout, 4, dp_attention=True)
+    with pytest.raises(StrategyError, match=r"needs tp\*pp = 4\*1 = 4 GPUs, but the server has 8"):
+        check_fits(layout, 8, dp_attention=True)
+    plan = resolve("tp4-dp2", 8)
+    assert plan["gpus"] == 8 and plan["name"] == "tp4-dp2"
+    with pytest.raises(StrategyError):
+        resolve("tp4-dp2", 4)
+
+
+@pytest.mark.parametrize("name, gpus", [("tp8", 8), ("pp8", 8), ("ep4", 8), ("tp8-pp2", 16),
+                                        ("tp2-pp2-dp2", 8), ("tp1-dp8", 8), ("tp8-pp2-ep4-dp2", 32)])
+def test_gpus_needed(name, gpus):
+    assert gpus_needed(parse_strategy(name)) == gpus
+    assert resolve(name, gpus)["gpus"] == gpus
 
 
 def test_layout_dicts_are_checked():

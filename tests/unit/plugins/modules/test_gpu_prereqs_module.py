@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _gpu_parse as parse
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _version
 from ansible_collections.gpufleet.sglang.plugins.modules import gpu_prereqs
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -91,10 +92,9 @@ def test_h200_x8_nvlink_table_only(machine):
     assert res["nvidia_smi"]["source"] == "table" and res["topology"] == "nvlink"
     assert [g["memory_mib"] for g in res["gpus"]] == [143771] * 8
     assert got["deepep_topology"]["ok"] and got["attention_backend"]["ok"]
-    # 570.133.20 is an R570 driver: too old for a CUDA 13 toolkit (prereqs.md 1.3)
+    # 570.133.20 is an R570 driver: too old for a CUDA 13 toolkit (docs/prereqs.md §3)
     if ROOT:
-        release = parse.version_tuple(res["cuda"]["release"])
-        assert got["driver_toolkit"]["ok"] is (release < (12, 9))
+        assert got["driver_toolkit"]["ok"] is (not _version.at_least(res["cuda"]["release"], "12.9"))
 
 
 @pytest.mark.parametrize("smi_set,name,driver", [("h200-x1", "NVIDIA H200", "590.48.01"),
@@ -213,7 +213,6 @@ def test_venv_packages(machine, tmp_path):
     assert not got["flashinfer_packages"]["ok"]
     assert got["sgl_kernel_arch"]["ok"] and got["torch_cuda"]["ok"] and got["driver_torch"]["ok"]
     if ROOT:
-        release = parse.version_tuple(res["cuda"]["release"])
-        assert got["flashinfer_nvcc"]["ok"] is (release >= (12, 9))
+        assert got["flashinfer_nvcc"]["ok"] is _version.at_least(res["cuda"]["release"], "12.9")
     missing = machine("rtx-pro-6000-server-x8", python=str(tmp_path / "nope" / "python"))
     assert not checks(missing)["python_env"]["ok"]

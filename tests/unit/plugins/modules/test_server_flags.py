@@ -239,6 +239,7 @@ def test_failing_help_reports_cmd_rc_stderr(tmp_path, capsys):
     assert "ImportError: boom" in result["stderr"]
     assert "--help" in result["cmd"]
     assert "0.5.9" in result["msg"]
+    assert result["timed_out"] is False  # the uniform payload of _command.fail
 
 
 @pytest.mark.skipif(not shutil.which("timeout"), reason="no timeout binary")
@@ -250,6 +251,7 @@ def test_help_timeout(tmp_path, capsys):
     assert time.monotonic() - started < 20
     assert failed and "timed out" in result["msg"] and "0.5.9" in result["msg"]
     assert result["rc"] == 124 and "cmd" in result
+    assert result["timed_out"] is True and result["cmd"][0].endswith("timeout")
 
 
 def test_failing_release_query_reports_cmd_rc_stderr(tmp_path, capsys):

@@ -8,7 +8,7 @@ import threading
 import time
 import traceback
 
-from sglang._emulator import cli, layout as _layout, rendezvous
+from sglang._emulator import cli, layout as _layout, memory as _memory, rendezvous
 from sglang._emulator.engine import Engine
 from sglang._emulator.release import current_release
 from sglang._emulator.state import append_record, log
@@ -16,11 +16,7 @@ from sglang._emulator.state import append_record, log
 FAULTS = ("crash-during-load", "hang-during-load", "hang-after-listen", "crash-on-start")
 
 
-class OutOfMemoryError(RuntimeError):
-    pass
-
-
-OutOfMemoryError.__module__ = "torch"
+OutOfMemoryError = _memory.OutOfMemoryError  # shown as torch.OutOfMemoryError
 
 
 def _env_float(name, default):
@@ -64,10 +60,23 @@ def _die_in_scheduler(exc, prefix):
     return 1
 
 
-def _load_weights(seconds, fault, prefix):
+def _load_weights(seconds, fault, prefix, release=None, args=None, mem=None):
+    """Weight loading (port closed), then the KV pool and CUDA-graph capture.
+
+    With a memory plan (``memory.plan``), the release's own memory failures happen here:
+    torch OOM while loading, no KV cache, or OOM in CUDA-graph capture. Without one (no
+    ``config.json`` at --model-path), fixed numbers are logged as before.
+    """
     shards = 64
-    log("Load weight begin. avail mem=94.50 GB, mem usage=0.00 GB.", prefix)
+    failure = (mem or {}).get("failure")
+    if mem is not None:
+        log("Load weight begin. avail mem=%.2f GB" % (mem["gpu_memory_mib"] / 1024.0), prefix)
+    else:
+        log("Load weight begin. avail mem=94.50 GB, mem usage=0.00 GB.", prefix)
     steps = 8
+    oom_step = None
+    if failure and failure["phase"] == "load":
+        oom_step = min(max(int(steps * failure["loaded_fraction"]), 1), steps)
     started = time.monotonic()
     for step in range(steps + 1):
         done = shards * step // steps
@@ -85,12 +94,33 @@ def _load_weights(seconds, fault, prefix):
             log("Loading is stuck (sglang emulator fault hang-during-load).", prefix)
             while True:
                 time.sleep(3600)
+        if step == oom_step:
+            return _die_in_scheduler(failure["exc_type"](failure["message"]), prefix)
         if step < steps:
             time.sleep(seconds / steps)
-    log("Load weight end. type=DeepseekV3ForCausalLM, dtype=torch.bfloat16, "
-        "avail mem=18.20 GB, mem usage=76.30 GB.", prefix)
-    log("KV Cache is allocated. #tokens: 1048576, K size: 8.00 GB, V size: 8.00 GB", prefix)
+    if mem is None:
+        log("Load weight end. type=DeepseekV3ForCausalLM, dtype=torch.bfloat16, "
+            "avail mem=18.20 GB, mem usage=76.30 GB.", prefix)
+        log("KV Cache is allocated. #tokens: 1048576, K size: 8.00 GB, V size: 8.00 GB", prefix)
+        return 0
+    for line in _memory.log_lines(release, args, mem, "load"):
+        log(line, prefix)
+    if failure and failure["phase"] == "kv":
+        return _die_in_scheduler(failure["exc_type"](failure["message"]), prefix)
+    for line in _memory.log_lines(release, args, mem, "kv"):
+        log(line, prefix)
+    if failure and failure["phase"] == "capture":
+        log("Capture cuda graph begin. This can take up to several minutes.", prefix)
+        return _die_in_scheduler(failure["exc_type"](failure["message"]), prefix)
+    if _is_tp_rank0(prefix):
+        for line in _memory.log_lines(release, args, mem, "ready"):
+            log(line, prefix)
     return 0
+
+
+def _is_tp_rank0(prefix):
+    """The scheduler's debug line comes from TP rank 0 only."""
+    return prefix in ("TP0", "node0 TP0")
 
 
 def main(argv):
@@ -142,6 +172,11 @@ def main(argv):
     if fault == "crash-on-start":
         log("sglang emulator fault crash-on-start: exiting with status 1.", prefix)
         return 1
+    try:
+        mem = _memory.plan(release, args, lay)
+    except _memory.Skip as exc:
+        log("WARNING: sglang emulator: no memory arithmetic for this start (%s)." % exc)
+        mem = None
 
     links = None
     if lay["nnodes"] > 1:
@@ -158,7 +193,8 @@ def main(argv):
             log("ERROR: multi-node init failed: %s" % exc, prefix)
             return 1
 
-    rc = _load_weights(_env_float("SGLANG_EMULATOR_LOAD_SECONDS", 3), fault, prefix)
+    rc = _load_weights(_env_float("SGLANG_EMULATOR_LOAD_SECONDS", 3), fault, prefix,
+                       release, args, mem)
     if rc:
         return rc
 
@@ -170,7 +206,7 @@ def main(argv):
                 "exiting." % rank, prefix)
             _exit_now(1)
         links.monitor(lost)
-    return _serve(release, args, lay, rates, argv, fault)
+    return _serve(release, args, lay, rates, argv, fault, mem)
 
 
 def _worker_loop(sock, prefix):
@@ -184,11 +220,11 @@ def _worker_loop(sock, prefix):
     return 1
 
 
-def _serve(release, args, lay, rates, argv, fault):
+def _serve(release, args, lay, rates, argv, fault, mem=None):
     from sglang._emulator import server as _server
 
     engine = Engine(rates[0], rates[1], _env_float("SGLANG_EMULATOR_TTFT_MS", 50) / 1000.0)
-    state = _server.State(release, args, lay, engine, rates, list(argv))
+    state = _server.State(release, args, lay, engine, rates, list(argv), mem)
     host = args.get("host") or "127.0.0.1"
     port = int(args.get("port") or 30000)
     try:

@@ -20,7 +20,7 @@ SECRET_KEYS = ("api_key", "admin_api_key")
 class State:
     """Everything the handlers need; ``status`` is Starting until warmup ends."""
 
-    def __init__(self, release, args, layout, engine, rates, argv):
+    def __init__(self, release, args, layout, engine, rates, argv, memory=None):
         self.release = release
         self.version = version_tuple(release)
         self.args = args
@@ -28,6 +28,7 @@ class State:
         self.engine = engine
         self.rates = rates
         self.argv = argv
+        self.memory = memory  # memory.plan() result; None without a config.json
         self.status = "Starting"
         self.startup_time = time.time()
         self.model_path = args.get("model_path")
@@ -112,10 +113,15 @@ class State:
                 "avg_spec_accept_length": None,
                 "last_gen_throughput": round(self.engine.rate() * max(self.engine.active, 1), 2),
             }],
-            "max_total_num_tokens": self.context_length() * 4,
+            # the KV pool from the memory plan (scheduler_info in the real server); a
+            # made-up value when --model-path has no config.json
+            "max_total_num_tokens": (self.memory["max_total_num_tokens"] if self.memory
+                                     else self.context_length() * 4),
             "emulator": True,
             "emulator_layout": lay["name"],
             "emulator_gpus_per_node": lay.get("gpus_per_node"),
+            "emulator_memory": ({k: v for k, v in self.memory.items() if k != "failure"}
+                                if self.memory else None),
             "emulator_rates": {"single": self.rates[0], "ceiling": self.rates[1],
                                "source": self.rates[2]},
         })

@@ -1,0 +1,100 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.sglang contributors
+# MIT License (see LICENSE)
+"""Action plugin of gpufleet.sglang.deploy_check: the deploy inputs, checked on the controller."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _inputs
+from ansible_collections.gpufleet.sglang.plugins.module_utils._topology import (
+    TopologyError,
+    plan as topology_plan,
+)
+
+# The argument names of the task -> the input names the messages use.
+_ARGS = {
+    "strategy": "strategy",
+    "gpu_count": "sglang_gpu_count",
+    "gpu_memory_mib": "sglang_gpu_memory_mib",
+    "release": "sglang_release",
+    "model_path": "sglang_model_path",
+    "nnodes": "sglang_nnodes",
+    "rollout_batch": "sglang_rollout_batch",
+    "venv_release": "venv_release",
+    "capacity_mem_fraction_static": "capacity_mem_fraction_static",
+    "extra_args": "server_extra_args",
+    "port": "server_port",
+    "health_timeout": "server_health_timeout",
+    "server_model_path": "server_model_path",
+    "served_model_name": "server_served_model_name",
+    "api_key": "server_api_key",
+    "hf_token": "server_hf_token",
+}
+
+# What every host of one multi-node server must share.
+_SHARED = ("strategy", "sglang_strategy", "sglang_release", "sglang_model_path")
+
+
+class ActionModule(ActionBase):
+    """Check every deploy input at once; plan the layout and the host's place in its server."""
+
+    TRANSFERS_FILES = False
+    _requires_connection = False
+
+    def run(self, tmp=None, task_vars=None):
+        task_vars = task_vars or {}
+        result = super(ActionModule, self).run(tmp, task_vars)
+        result["changed"] = False
+        args = self._task.args
+        values = {}
+        for arg, name in _ARGS.items():
+            value = args.get(arg, None)
+            values[name] = _inputs.MISSING if value is None else value
+        host = task_vars.get("inventory_hostname", "this host")
+
+        problems = _inputs.check_fields(values)
+        nnodes = _inputs.nnodes_of(values)
+        topology = None
+        if nnodes > 1:
+            try:
+                topology = self._topology(task_vars, host, nnodes, args)
+            except TopologyError as exc:
+                problems.append(str(exc))
+        layout, problem = _inputs.layout(values, nnodes)
+        if problem:
+            problems.append(problem)
+        if problems:
+            result.update(failed=True, problems=problems, msg=_inputs.report(problems, host))
+            return result
+        if topology is None:
+            topology = topology_plan(host, 1, None, {}, {}, {}, 0, {})
+        result.update(layout=layout, topology=topology, nnodes=nnodes,
+                      msg="%s: %s on %s GPU(s) x %d host(s)" % (
+                          host, layout["name"], values["sglang_gpu_count"], nnodes))
+        return result
+
+    def _topology(self, task_vars, host, nnodes, args):
+        group = args.get("server_group") or ""
+        groups = task_vars.get("groups", {})
+        hostvars = task_vars.get("hostvars", {})
+        members = groups.get(group, []) if group else []
+
+        def var(member, name, default=None):
+            try:
+                value = hostvars[member].get(name, default)
+            except Exception:  # an undefined or broken variable of another host
+                return default
+            return value
+
+        declared = dict((m, var(m, "sglang_node_rank")) for m in members)
+        addresses = dict((m, var(m, "sglang_node_address") or var(m, "ansible_host") or m)
+                         for m in members)
+        settings = {}
+        for member in members:
+            settings[member] = dict((n, var(member, n)) for n in _SHARED)
+        return topology_plan(host, nnodes, group, groups, declared, addresses,
+                             int(args.get("dist_init_port") or 50000), settings)

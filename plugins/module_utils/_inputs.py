@@ -1,0 +1,218 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.sglang contributors
+# MIT License (see LICENSE)
+#
+# This module util is PRIVATE to the gpufleet.sglang collection.
+"""The inputs of a deployment, checked all at once.
+
+:func:`check` looks at every input the deploy path needs and returns every problem it
+finds, each naming the variable, what it means, the value it got and an example, so that
+one run tells a user everything that is missing or malformed. Nothing here reaches a host.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import re
+
+from ansible_collections.gpufleet.sglang.plugins.module_utils._strategy import (
+    StrategyError,
+    resolve,
+)
+
+#: The value of an input that is not set at all.
+MISSING = object()
+
+_RELEASE = re.compile(r"^[0-9][0-9A-Za-z.+-]*$")
+_INT = re.compile(r"^[1-9][0-9]*$")
+_NUMBER = re.compile(r"^[-+]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][-+]?[0-9]+)?$")
+_BATCH = re.compile(r"^([1-9][0-9]*|([1-9][0-9]?|100)%)$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_MEM_FRACTION_FLAG = re.compile(r"^-*mem[-_]fraction[-_]static$")
+
+#: What each required input means, with an example value.
+REQUIRED = (
+    ("strategy", "the parallelism strategy (-e strategy=... or sglang_strategy)", "pp8"),
+    ("sglang_gpu_count", "the number of GPUs on each host", "8"),
+    ("sglang_gpu_memory_mib", "the memory of one GPU in MiB, as nvidia-smi prints it", "97887"),
+    ("sglang_release", "the SGLang release to install and run", "0.5.9"),
+    ("sglang_model_path", "the model directory on each host (it holds config.json)", "/models/Kimi-K2.5"),
+)
+
+
+def shown(value, limit=80):
+    """A value as messages show it: JSON, cut at ``limit`` characters."""
+    if isinstance(value, str):
+        text = json.dumps(value[:limit] + ("..." if len(value) > limit else ""))
+    else:
+        try:
+            text = json.dumps(value, sort_keys=True, default=str)
+        except (TypeError, ValueError):
+            text = repr(value)
+        if len(text) > limit:
+            text = text[:limit] + "..."
+    return text
+
+
+def _plain(value):
+    return value if isinstance(value, str) else json.dumps(value, default=str)
+
+
+def is_positive_int(value):
+    return not isinstance(value, bool) and _INT.match(str(value).strip()) is not None
+
+
+def _missing(values):
+    problems = []
+    for name, meaning, example in REQUIRED:
+        value = values.get(name, MISSING)
+        if value is MISSING or value is None or (isinstance(value, str) and not value.strip()):
+            problems.append("%s is not set: %s (e.g. %s)" % (name, meaning, example))
+    return problems
+
+
+def _counts(values):
+    problems = []
+    for name, example in (("sglang_gpu_count", "8"), ("sglang_gpu_memory_mib", "97887"),
+                          ("sglang_nnodes", "2")):
+        value = values.get(name, MISSING)
+        if value is MISSING or value is None or value == "":
+            continue
+        if not is_positive_int(value):
+            problems.append("%s must be a positive integer (got %s), e.g. %s"
+                            % (name, shown(value), example))
+    return problems
+
+
+def _versions(values):
+    problems = []
+    for name in ("sglang_release", "venv_release"):
+        value = values.get(name, MISSING)
+        if value is MISSING or value is None or value == "":
+            continue
+        if not isinstance(value, str) or not _RELEASE.match(value):
+            problems.append("%s must be a version such as 0.5.9 (got %s)" % (name, shown(value)))
+    return problems
+
+
+def _batches(values):
+    value = values.get("sglang_rollout_batch", MISSING)
+    if value is MISSING or value is None:
+        return []
+    items = list(value) if isinstance(value, (list, tuple)) else [value]
+    if not items or any(isinstance(i, bool) or not _BATCH.match(str(i)) for i in items):
+        return ["sglang_rollout_batch must be a positive number of hosts, a percentage 1%%-100%% "
+                "or a list of those (got %s), e.g. 1 or 25%%" % _plain(value)]
+    return []
+
+
+def _planner(values):
+    value = values.get("capacity_mem_fraction_static", MISSING)
+    if value is MISSING or value is None:
+        return []
+    if isinstance(value, bool) or not _NUMBER.match(str(value).strip()):
+        return ["capacity_mem_fraction_static must be a number (0 plans with SGLang's default) "
+                "(got %s)" % shown(value)]
+    if not 0 <= float(value) < 1:
+        return ["capacity_mem_fraction_static (%s) must be in [0, 1); 0 plans with SGLang's "
+                "default" % _plain(value)]
+    return []
+
+
+def mem_fraction_flags(extra_args):
+    """The entries of ``server_extra_args`` that set the static memory fraction."""
+    if not isinstance(extra_args, dict):
+        return []
+    return [(k, v) for k, v in sorted(extra_args.items(), key=lambda kv: str(kv[0]))
+            if isinstance(k, str) and _MEM_FRACTION_FLAG.match(k)]
+
+
+def _extra_args(values):
+    value = values.get("server_extra_args", MISSING)
+    if value is MISSING or value is None:
+        return []
+    if not isinstance(value, dict):
+        return ['server_extra_args must be a mapping of flag to value, e.g. {"--trust-remote-code": true} '
+                "(got %s %s)" % (type(value).__name__, shown(value))]
+    problems = []
+    for key, item in mem_fraction_flags(value):
+        ok = (not isinstance(item, bool) and _NUMBER.match(str(item).strip()) is not None
+              and 0 < float(item) <= 1)
+        if not ok:
+            problems.append("server_extra_args %s must be a number in (0, 1], the fraction of GPU "
+                            "memory for weights and KV cache (got %s)" % (key, _plain(item)))
+    return problems
+
+
+def _server(values):
+    problems = []
+    port = values.get("server_port", MISSING)
+    if port is not MISSING and (not is_positive_int(port) or int(str(port)) > 65535):
+        problems.append("server_port must be 1-65535 (got %s)" % _plain(port))
+    timeout = values.get("server_health_timeout", MISSING)
+    if timeout is not MISSING and not is_positive_int(timeout):
+        problems.append("server_health_timeout must be positive (got %s), in seconds, e.g. 1800"
+                        % _plain(timeout))
+    path = values.get("server_model_path", MISSING)
+    if path is not MISSING and path is not None and (not isinstance(path, str) or _CONTROL.search(path)):
+        problems.append("server_model_path must be a path or a model id without control characters "
+                        "(got %s)" % shown(path))
+    return problems
+
+
+def _names_and_secrets(values):
+    problems = []
+    name = values.get("server_served_model_name", MISSING)
+    if name is not MISSING and name is not None:
+        if not isinstance(name, str) or len(name) > 256 or _CONTROL.search(name):
+            length = len(name) if isinstance(name, str) else len(_plain(name))
+            problems.append("server_served_model_name must be a string of at most 256 characters "
+                            "without control characters (got %d characters: %s)"
+                            % (length, shown(_plain(name), 60)))
+    for secret, env_name in (("server_api_key", "SGLANG_API_KEY"), ("server_hf_token", "HF_TOKEN")):
+        value = values.get(secret, MISSING)
+        if value is MISSING or value is None:
+            continue
+        if not isinstance(value, str) or _CONTROL.search(value):
+            # the value is a secret: it is never shown
+            problems.append("%s must not contain newlines or other control characters "
+                            "(it goes into the server's environment file as %s)" % (secret, env_name))
+    return problems
+
+
+def check_fields(values):
+    """Every problem with the single inputs, in a stable order."""
+    problems = []
+    for rule in (_missing, _counts, _versions, _batches, _planner, _extra_args, _server,
+                 _names_and_secrets):
+        problems.extend(rule(values))
+    return problems
+
+
+def layout(values, nnodes):
+    """The checked layout of the strategy for this server, or ``(None, problem)``."""
+    strategy = values.get("strategy", MISSING)
+    gpus = values.get("sglang_gpu_count", MISSING)
+    if strategy in (MISSING, None, "") or not is_positive_int(gpus):
+        return None, None
+    try:
+        return resolve(strategy, int(str(gpus)), nnodes), None
+    except StrategyError as exc:
+        return None, str(exc)
+
+
+def nnodes_of(values):
+    value = values.get("sglang_nnodes", MISSING)
+    if value in (MISSING, None, "") or not is_positive_int(value):
+        return 1
+    return int(str(value))
+
+
+def report(problems, host):
+    """One message for all problems."""
+    if len(problems) == 1:
+        return "%s: %s" % (host, problems[0])
+    return "%s: %d problems with the deploy inputs:\n%s" % (
+        host, len(problems), "\n".join("- " + p for p in problems))

@@ -1,0 +1,289 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.sglang contributors
+# MIT License (see LICENSE)
+"""Pure helpers of the ``server_unit`` module: quoting, rendering, decisions, the record.
+
+Nothing here touches the host. :func:`render_unit` and :func:`render_env` produce the
+same text as the role's former ``server.service.j2`` and ``server.env.j2`` templates
+(with a fixed header line instead of ``ansible_managed``).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import datetime
+import json
+import re
+
+HEADER = "# Managed by gpufleet.sglang (server_unit); local changes are overwritten."
+
+_PLAIN = re.compile(r"^[A-Za-z0-9_./:=,+@%$-]+$")
+
+LAYOUT_KEYS = ("tp", "pp", "ep", "dp")
+
+RECORD_KEYS = ("strategy", "layout", "release", "argv", "unit_sha1", "service", "port", "deployed_at")
+
+
+def systemd_arg(value):
+    """Quote one argument for a systemd ``ExecStart=`` line.
+
+    systemd splits ExecStart on whitespace, honours double quotes with C escapes,
+    expands ``%`` specifiers and ``$VAR`` references; all of those are neutralised.
+    Raises ValueError for a value holding a NUL byte.
+    """
+    if isinstance(value, bool):
+        value = "true" if value else "false"
+    text = "%s" % (value,)
+    if "\x00" in text:
+        raise ValueError("argument %r contains a NUL byte" % text[:40])
+    text = text.replace("%", "%%").replace("$", "$$")
+    if _PLAIN.match(text):
+        return text
+    escaped = (
+        text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t")
+    )
+    return '"%s"' % escaped
+
+
+def argv_lines(argv):
+    """Group a launch_server argv into ExecStart lines.
+
+    Each ``--flag`` starts a line; the values that follow it join that line. Every item
+    is quoted with :func:`systemd_arg`.
+    """
+    lines = []
+    for arg in argv or []:
+        quoted = systemd_arg(arg)
+        if ("%s" % (arg,)).startswith("--") or not lines:
+            lines.append(quoted)
+        else:
+            lines[-1] = lines[-1] + " " + quoted
+    return lines
+
+
+def _text(value):
+    """A scalar as the templates printed it (``None`` and missing as empty)."""
+    return "" if value is None else "%s" % (value,)
+
+
+def _env_quote(value):
+    return '"%s"' % _text(value).replace("\\", "\\\\").replace('"', '\\"')
+
+
+def _layout(p):
+    layout = p.get("layout") or {}
+    missing = [key for key in LAYOUT_KEYS if key not in layout]
+    if missing:
+        raise ValueError("layout lacks %s (it needs tp, pp, ep and dp)" % ", ".join(missing))
+    return layout
+
+
+def strategy_of(p):
+    """The strategy name: ``strategy``, else the layout's ``name``."""
+    name = p.get("strategy") or (p.get("layout") or {}).get("name")
+    if not name:
+        raise ValueError("strategy (or layout.name) is required")
+    return name
+
+
+def render_unit(p):
+    """The systemd unit text for the parameters ``p``."""
+    layout = _layout(p)
+    name = strategy_of(p)
+    release = _text(p.get("release"))
+    lines = argv_lines(p.get("argv"))
+    if _text(p.get("api_key")):
+        lines.append("--api-key ${SGLANG_API_KEY}")
+    out = [
+        HEADER,
+        "# Strategy %s (tp %s, pp %s, ep %s, dp %s) on SGLang %s." % (
+            name, layout["tp"], layout["pp"], layout["ep"], layout["dp"], release),
+        "[Unit]",
+        "Description=SGLang server (%s, SGLang %s)" % (name, release),
+        "After=network-online.target",
+        "Wants=network-online.target",
+        "StartLimitIntervalSec=%s" % _text(p.get("start_limit_interval_sec")),
+        "StartLimitBurst=%s" % _text(p.get("start_limit_burst")),
+        "",
+        "[Service]",
+        "Type=simple",
+        "User=%s" % _text(p.get("user")),
+        "Group=%s" % _text(p.get("group")),
+        "SupplementaryGroups=%s" % " ".join(_text(g) for g in (p.get("device_groups") or [])),
+        "WorkingDirectory=%s" % _text(p.get("home")),
+        "EnvironmentFile=%s/%s.env" % (_text(p.get("config_dir")), _text(p.get("service_name"))),
+        # The templates ended the line with " \" even without arguments, which joined
+        # Restart= into ExecStart=; without arguments the line simply ends here.
+        "ExecStart=%s -m sglang.launch_server%s" % (systemd_arg(p.get("python")),
+                                                    " \\" if lines else ""),
+    ]
+    for index, line in enumerate(lines):
+        out.append("    %s%s" % (line, " \\" if index < len(lines) - 1 else ""))
+    out.extend([
+        "Restart=on-failure",
+        "RestartSec=%s" % _text(p.get("restart_sec")),
+        "KillMode=control-group",
+        "TimeoutStopSec=%s" % _text(p.get("timeout_stop_sec")),
+        "LimitNOFILE=65536",
+        "LimitMEMLOCK=infinity",
+        "# Sandboxing that SGLang tolerates; docs/hardening.md lists what is left out and why",
+        "# (GPU device nodes, JIT compilers, NCCL sockets and /dev/shm must stay usable).",
+        "NoNewPrivileges=yes",
+        "CapabilityBoundingSet=",
+        "PrivateTmp=yes",
+        "ProtectSystem=strict",
+        "ReadWritePaths=%s" % _text(p.get("home")),
+        "ProtectHome=read-only",
+        "ProtectProc=invisible",
+        "ProtectKernelTunables=yes",
+        "ProtectKernelModules=yes",
+        "ProtectKernelLogs=yes",
+        "ProtectControlGroups=yes",
+        "ProtectClock=yes",
+        "ProtectHostname=yes",
+        "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK",
+        "RestrictNamespaces=yes",
+        "RestrictSUIDSGID=yes",
+        "RestrictRealtime=yes",
+        "LockPersonality=yes",
+        "SystemCallArchitectures=native",
+        "SystemCallFilter=~@clock @cpu-emulation @module @mount @obsolete @raw-io @reboot @swap",
+        "SystemCallErrorNumber=EPERM",
+        "RemoveIPC=yes",
+        "KeyringMode=private",
+        "UMask=0027",
+        "",
+        "[Install]",
+        "WantedBy=multi-user.target",
+    ])
+    return "\n".join(out) + "\n"
+
+
+def _env_sort_key(item):
+    # Jinja's dictsort: case-insensitive by key
+    key = item[0]
+    return key.lower() if isinstance(key, str) else key
+
+
+def render_env(p):
+    """The environment file text (it holds the secrets) for the parameters ``p``."""
+    out = [
+        HEADER,
+        "# Environment of %s.service. Mode 0600: it holds secrets." % _text(p.get("service_name")),
+        "HOME=%s" % _text(p.get("home")),
+    ]
+    if _text(p.get("api_key")):
+        out.append("SGLANG_API_KEY=%s" % _env_quote(p.get("api_key")))
+    if _text(p.get("hf_token")):
+        out.append("HF_TOKEN=%s" % _env_quote(p.get("hf_token")))
+    if _text(p.get("pp_layer_partition")):
+        out.append("SGLANG_PP_LAYER_PARTITION=%s" % _text(p.get("pp_layer_partition")))
+    for name, value in sorted((p.get("environment") or {}).items(), key=_env_sort_key):
+        out.append("%s=%s" % (name, _env_quote(value)))
+    return "\n".join(out) + "\n"
+
+
+def mask_env(text):
+    """The environment file with every value replaced by ``***`` (names and comments stay)."""
+    if text is None:
+        return ""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    out = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            out.append(line)
+        elif "=" in line:
+            out.append("%s=***" % line.split("=", 1)[0])
+        else:
+            out.append("***")
+    return "\n".join(out) + ("\n" if out else "")
+
+
+def decide(installed_unit, installed_env, new_unit, new_env):
+    """Which files change and whether the server must restart.
+
+    ``installed_*`` is ``None`` when the file does not exist. Returns a dict with
+    ``unit_changed``, ``env_changed``, ``restart`` and ``has_last_good`` (an installed unit
+    and environment exist, so there is something to roll back to).
+    """
+    unit_changed = installed_unit is None or installed_unit != new_unit
+    env_changed = installed_env is None or installed_env != new_env
+    return {
+        "unit_changed": unit_changed,
+        "env_changed": env_changed,
+        "restart": unit_changed or env_changed,
+        "has_last_good": installed_unit is not None and installed_env is not None,
+    }
+
+
+def port_of(p):
+    """``port``, else the value of ``--port`` in argv, else None."""
+    if p.get("port") is not None:
+        return int(p["port"])
+    argv = list(p.get("argv") or [])
+    for index, arg in enumerate(argv):
+        if arg == "--port" and index + 1 < len(argv):
+            try:
+                return int(argv[index + 1])
+            except (TypeError, ValueError):
+                return None
+        if isinstance(arg, str) and arg.startswith("--port="):
+            try:
+                return int(arg.split("=", 1)[1])
+            except ValueError:
+                return None
+    return None
+
+
+def format_time(now):
+    """``now`` (datetime or text) as ``YYYY-MM-DDTHH:MM:SSZ`` in UTC."""
+    if isinstance(now, datetime.datetime):
+        if now.tzinfo is not None:
+            now = now.astimezone(datetime.timezone.utc).replace(tzinfo=None)
+        return now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return "%s" % (now,)
+
+
+def record(previous, p, unit_sha1, now, restarted):
+    """The deployment record.
+
+    ``deployed_at`` is ``now`` when the server was (re)installed (``restarted``) or the
+    previous record has none; otherwise the previous record's time is kept, so a no-op
+    re-run writes the same record again.
+    """
+    previous = previous if isinstance(previous, dict) else {}
+    if restarted or "deployed_at" not in previous:
+        deployed_at = format_time(now)
+    else:
+        deployed_at = previous["deployed_at"]
+    return {
+        "strategy": strategy_of(p),
+        "layout": p.get("layout"),
+        "release": p.get("release"),
+        "argv": list(p.get("argv") or []),
+        "unit_sha1": unit_sha1,
+        "service": p.get("service_name"),
+        "port": port_of(p),
+        "deployed_at": deployed_at,
+    }
+
+
+def record_text(rec):
+    """The record file's text, as ``to_nice_json`` wrote it, with a final newline."""
+    return json.dumps(rec, indent=4, sort_keys=True, separators=(",", ": ")) + "\n"
+
+
+def parse_record(text):
+    """A record file's text as a dict ({} when empty, missing or not a JSON object)."""
+    if not text:
+        return {}
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}

@@ -1,0 +1,120 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.sglang contributors
+# MIT License (see LICENSE)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: deploy_check
+short_description: Check every input of an SGLang deployment at once, on the controller
+version_added: 0.2.0
+author: gpufleet developers (@gpufleet)
+description:
+  - Checks every input the deploy path needs and refuses once, listing each missing or
+    malformed input with what it means, the value it got and an example.
+  - Turns the strategy into a checked layout for the GPUs of the host's server and, for a
+    multi-node server (O(nnodes) > 1), works out the hosts that form it, this host's node
+    rank and rank 0's rendezvous address (C(--dist-init-addr)).
+  - Runs on the controller only; it never connects to the host.
+  - Pass every input as V(null) when it is not set (C(| default(none))): a missing input is
+    then reported by name instead of as a templating error.
+extends_documentation_fragment:
+  - gpufleet.sglang._attributes
+  - gpufleet.sglang._attributes.info_module
+options:
+  strategy:
+    description: The parallelism strategy (C(tp8), C(pp8), C(ep8), C(ep4) or C(tp<N>[-pp<N>][-ep<N>][-dp<N>])).
+    type: raw
+  gpu_count:
+    description: GPUs on each host (C(sglang_gpu_count)).
+    type: raw
+  gpu_memory_mib:
+    description: Memory of one GPU in MiB (C(sglang_gpu_memory_mib)).
+    type: raw
+  release:
+    description: The SGLang release (C(sglang_release)).
+    type: raw
+  model_path:
+    description: The fleet's model directory (C(sglang_model_path)).
+    type: raw
+  nnodes:
+    description: Hosts that form one server (C(sglang_nnodes)).
+    type: raw
+  server_group:
+    description: The inventory group of the hosts that form one multi-node server.
+    type: str
+  dist_init_port:
+    description: Port of rank 0's rendezvous.
+    type: int
+    default: 50000
+  rollout_batch:
+    description: Hosts per rollout batch (C(sglang_rollout_batch)).
+    type: raw
+  venv_release:
+    description: The release the venv holds (C(venv_release)).
+    type: raw
+  capacity_mem_fraction_static:
+    description: The planner's static memory fraction (0 for SGLang's default).
+    type: raw
+  extra_args:
+    description: Further launch flags (C(server_extra_args)).
+    type: raw
+  port:
+    description: The server's HTTP port (C(server_port)).
+    type: raw
+  health_timeout:
+    description: Seconds the server may take to become ready (C(server_health_timeout)).
+    type: raw
+  server_model_path:
+    description: The model directory of this host's server (C(server_model_path)).
+    type: raw
+  served_model_name:
+    description: The name the OpenAI routes report (C(server_served_model_name)).
+    type: raw
+  api_key:
+    description: The server's API key (C(server_api_key)); never shown.
+    type: raw
+  hf_token:
+    description: The Hugging Face token (C(server_hf_token)); never shown.
+    type: raw
+attributes:
+  action:
+    description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
+    support: full
+seealso:
+  - module: gpufleet.sglang.server_preflight
+notes:
+  - The strategy and GPU-count rules are the collection's one strategy table
+    (C(plugins/module_utils/_strategy.py)).
+"""
+
+EXAMPLES = r"""
+- name: Check the deploy inputs
+  gpufleet.sglang.deploy_check:
+    strategy: "{{ strategy | default(sglang_strategy) | default(none) }}"
+    gpu_count: "{{ sglang_gpu_count | default(none) }}"
+    gpu_memory_mib: "{{ sglang_gpu_memory_mib | default(none) }}"
+    release: "{{ sglang_release | default(none) }}"
+    model_path: "{{ sglang_model_path | default(none) }}"
+  register: request
+"""
+
+RETURN = r"""
+layout:
+  description: The checked layout (C(name), C(tp), C(pp), C(ep), C(dp), C(nnodes), C(gpus)).
+  returned: success
+  type: dict
+  sample: {name: ep8, tp: 8, pp: 1, ep: 8, dp: 1, nnodes: 1, gpus: 8}
+topology:
+  description: C(members), C(node_rank), C(rank0), C(dist_init_addr) and C(serves_http) of this host's server.
+  returned: success
+  type: dict
+problems:
+  description: Every problem found, one sentence each.
+  returned: failure
+  type: list
+  elements: str
+"""

@@ -1,0 +1,336 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.sglang contributors
+# MIT License (see LICENSE)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: release_venv
+short_description: One Python virtualenv per SGLang release, installed once
+version_added: 0.1.0
+author: gpufleet developers (@gpufleet)
+description:
+  - Keeps C(<root>/<release>) a virtualenv that holds O(packages) and O(wheels), and
+    optionally points C(<root>/current) at it.
+  - The venv records what was installed into it in C(gpufleet-installed.txt), namely the
+    packages, the sha256 of every wheel and pip's extra arguments. When that record equals what is
+    wanted and the venv's interpreter exists, nothing runs on the host (no pip, no Python)
+    and nothing is written.
+  - Otherwise creates the venv with C(<python> -m venv) when its interpreter is missing, runs
+    pip for O(packages) (with O(pip_extra_args)), then for O(wheels) (with
+    C(--no-deps --no-index --force-reinstall)), and writes C(gpufleet-requirements.txt) and,
+    last, C(gpufleet-installed.txt). The old record is removed before pip runs, so a failed
+    or interrupted install is retried on the next run.
+  - All host commands run through the collection's command runner, each bounded by O(timeout).
+requirements:
+  - The interpreter O(python) on the host, with the C(venv) module (Debian C(python3-venv)).
+extends_documentation_fragment:
+  - gpufleet.sglang._attributes
+attributes:
+  check_mode:
+    support: full
+    details: Runs nothing and writes nothing; reports whether it would install (RV(would_install)) and move the link.
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+    details: A second run with the same arguments finds the record equal and runs nothing.
+options:
+  root:
+    description: Directory that holds one venv per release and the C(current) link.
+    type: path
+    default: /opt/sglang
+  release:
+    description:
+      - SGLang release the venv holds, e.g. C(0.5.9). The venv is C(<root>/<release>).
+      - Must match C(^[0-9][0-9A-Za-z.+-]*$).
+    type: str
+    required: true
+  packages:
+    description: Requirements pip installs into the venv (pinned), e.g. C(sglang==0.5.9).
+    type: list
+    elements: str
+    default: []
+  wheels:
+    description:
+      - Wheel files B(on the host) (already copied there) installed without dependencies,
+        after O(packages). Their sha256 is part of the record, so new bytes reinstall.
+    type: list
+    elements: path
+    default: []
+  pip_extra_args:
+    description:
+      - Extra arguments for the pip run of O(packages), split shell-like (e.g. C(--no-index),
+        an index URL, a constraints file). Not used for O(wheels).
+    type: str
+    default: ""
+  python:
+    description: Interpreter on the host that creates the venv.
+    type: str
+    default: python3
+  link_current:
+    description:
+      - Point C(<root>/current) at C(<root>/<release>) (a symlink, replaced atomically).
+    type: bool
+    default: false
+  timeout:
+    description: Seconds each host command (venv creation, each pip run) may take; 0 for no bound.
+    type: int
+    default: 3600
+notes:
+  - Packages removed from O(packages) are not uninstalled; use a new release directory or remove the venv.
+  - At least one of O(packages) and O(wheels) must name something to install.
+seealso:
+  - ref: ansible_collections.gpufleet.sglang.venv_role
+    description: The role gpufleet.sglang.venv, which copies the wheels to the host and calls this module.
+  - module: ansible.builtin.pip
+"""
+
+EXAMPLES = r"""
+- name: Install SGLang 0.5.9 from the package index
+  gpufleet.sglang.release_venv:
+    release: 0.5.9
+    packages:
+      - sglang[all]==0.5.9
+  register: sglang_venv
+
+- name: Install a local wheel offline and point current at it
+  gpufleet.sglang.release_venv:
+    root: /opt/sglang
+    release: 0.5.9
+    wheels:
+      - /opt/sglang/wheelhouse/sglang-0.5.9-py3-none-any.whl
+    pip_extra_args: --no-index
+    link_current: true
+
+- name: Use the venv's interpreter
+  ansible.builtin.debug:
+    msg: "{{ sglang_venv.python }}"
+"""
+
+RETURN = r"""
+python:
+  description: Interpreter of the venv.
+  returned: always
+  type: str
+  sample: /opt/sglang/0.5.9/bin/python
+venv:
+  description: Directory of the venv.
+  returned: always
+  type: str
+  sample: /opt/sglang/0.5.9
+installed:
+  description: Whether pip ran in this run (always false in check mode).
+  returned: always
+  type: bool
+would_install:
+  description: Whether the venv was (or, in check mode, would be) created or installed into.
+  returned: always
+  type: bool
+requirements:
+  description: The record of what the venv must hold (the text of C(gpufleet-installed.txt)).
+  returned: always
+  type: str
+  sample: |
+    # SGLang 0.5.9: what this venv must hold. A change here reinstalls it.
+    # Written by gpufleet.sglang.release_venv; gpufleet-installed.txt is this text once pip succeeded.
+    sglang==0.5.9
+link:
+  description:
+    - Target of C(<root>/current) after the run (in check mode, what it would be); null when
+      it is not a symlink.
+  returned: always
+  type: str
+  sample: /opt/sglang/0.5.9
+"""
+
+import hashlib
+import os
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _command
+from ansible_collections.gpufleet.sglang.plugins.module_utils._venv import (
+    needs_install,
+    pip_argv,
+    requirements_text,
+    tail,
+    valid_release,
+    venv_argv,
+)
+
+REQUIREMENTS_FILE = "gpufleet-requirements.txt"
+INSTALLED_FILE = "gpufleet-installed.txt"
+
+
+def _sha256(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1024 * 1024), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _read(path):
+    try:
+        with open(path, "r", encoding="utf-8") as handle:
+            return handle.read()
+    except (IOError, OSError, UnicodeDecodeError):
+        return None
+
+
+def _write(module, path, text):
+    """Write ``text`` to ``path`` atomically (temp file + rename), mode 0644."""
+    directory = os.path.dirname(path)
+    fd, tmp = tempfile.mkstemp(prefix=".gpufleet-", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except (IOError, OSError) as exc:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        module.fail_json(msg="could not write %s: %s" % (path, exc))
+
+
+def _current_target(link):
+    return os.readlink(link) if os.path.islink(link) else None
+
+
+def _move_link(module, link, target):
+    """Point ``link`` at ``target``: a symlink under a temp name, renamed over ``link``."""
+    if os.path.lexists(link) and not os.path.islink(link):
+        module.fail_json(msg="%s exists and is not a symlink; refusing to replace it" % link)
+    tmp = os.path.join(os.path.dirname(link), ".%s.%d.tmp" % (os.path.basename(link), os.getpid()))
+    try:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+        os.symlink(target, tmp)
+        os.replace(tmp, link)
+    except (IOError, OSError) as exc:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+        module.fail_json(msg="could not point %s at %s: %s" % (link, target, exc))
+
+
+def _install(module, release, venv, python, params, wheel_paths):
+    """Create the venv when needed and run pip; fail with the runner's payload."""
+    timeout = params["timeout"]
+    if not os.path.exists(python):
+        creator = params["python"]
+        if os.sep not in creator:
+            found = module.get_bin_path(creator)
+            if not found:
+                module.fail_json(msg="SGLang %s: interpreter %s (python) not found on the host"
+                                 % (release, creator))
+            creator = found
+        elif not os.access(creator, os.X_OK):
+            module.fail_json(msg="SGLang %s: interpreter %s (python) is not an executable on the host"
+                             % (release, creator))
+        result = _command.run(module, venv_argv(creator, venv), timeout=timeout)
+        if not result.ok:
+            _command.fail(module, "SGLang %s: could not create the venv %s (rc=%s): %s"
+                          % (release, venv, result.rc, tail(result.stderr, lines=5)),
+                          result, release=release, venv=venv)
+        if not os.path.exists(python):
+            module.fail_json(msg="SGLang %s: '%s -m venv %s' left no %s"
+                             % (release, creator, venv, python), release=release, venv=venv)
+    for argv in pip_argv(python, params["packages"], wheel_paths, params["pip_extra_args"]):
+        result = _command.run(module, argv, timeout=timeout)
+        if not result.ok:
+            if result.timed_out:
+                why = "timed out after %ss" % timeout
+            else:
+                why = "rc=%s" % result.rc
+            _command.fail(module, "SGLang %s: pip install failed (%s): %s"
+                          % (release, why, tail(result.stderr) or tail(result.stdout)),
+                          result, argv=argv, release=release, venv=venv,
+                          stderr_tail=tail(result.stderr))
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            root=dict(type="path", default="/opt/sglang"),
+            release=dict(type="str", required=True),
+            packages=dict(type="list", elements="str", default=[]),
+            wheels=dict(type="list", elements="path", default=[]),
+            pip_extra_args=dict(type="str", default=""),
+            python=dict(type="str", default="python3"),
+            link_current=dict(type="bool", default=False),
+            timeout=dict(type="int", default=3600),
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+    release = params["release"]
+    if not valid_release(release):
+        module.fail_json(msg="venv_release must be a version such as 0.5.9 (got %s)" % release[:80])
+    if not params["packages"] and not params["wheels"]:
+        module.fail_json(msg="venv_packages or venv_wheels must name something to install")
+    if params["timeout"] < 0:
+        module.fail_json(msg="timeout must be 0 (no bound) or positive (got %d)" % params["timeout"])
+
+    root = params["root"]
+    venv = os.path.join(root, release)
+    python = os.path.join(venv, "bin", "python")
+    wheel_paths = [os.path.abspath(path) for path in params["wheels"]]
+
+    wheels = []
+    for path in wheel_paths:
+        if os.path.isfile(path):
+            try:
+                digest = _sha256(path)
+            except (IOError, OSError) as exc:
+                module.fail_json(msg="SGLang %s: could not read the wheel %s: %s" % (release, path, exc))
+        elif module.check_mode:
+            digest = None  # not copied yet in check mode: it would be installed
+        else:
+            module.fail_json(msg="SGLang %s: wheel %s does not exist on the host" % (release, path))
+        wheels.append(dict(path=path, sha256=digest))
+    try:
+        wanted = requirements_text(release, params["packages"], wheels, params["pip_extra_args"])
+    except ValueError as exc:
+        module.fail_json(msg="SGLang %s: %s (packages, wheels or pip_extra_args)" % (release, exc))
+
+    python_exists = os.path.exists(python)
+    installed_text = _read(os.path.join(venv, INSTALLED_FILE)) if python_exists else None
+    would_install = needs_install(wanted, installed_text, python_exists)
+
+    link = os.path.join(root, "current")
+    link_before = _current_target(link)
+    link_moves = bool(params["link_current"]) and link_before != venv
+
+    result = dict(changed=would_install or link_moves, python=python, venv=venv, installed=False,
+                  would_install=would_install, requirements=wanted,
+                  link=venv if link_moves else link_before)
+    if module.check_mode:
+        module.exit_json(**result)
+
+    if would_install:
+        if not os.path.isdir(root):
+            try:
+                os.makedirs(root, 0o755)
+            except OSError as exc:
+                module.fail_json(msg="could not create %s: %s" % (root, exc))
+        record = os.path.join(venv, INSTALLED_FILE)
+        if os.path.lexists(record):
+            os.unlink(record)  # a failed install must not look finished on the next run
+        _install(module, release, venv, python, params, wheel_paths)
+        _write(module, os.path.join(venv, REQUIREMENTS_FILE), wanted)
+        _write(module, record, wanted)
+        result["installed"] = True
+
+    if link_moves:
+        _move_link(module, link, venv)
+        result["link"] = _current_target(link)
+
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,277 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.sglang contributors
+# MIT License (see LICENSE)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: server_preflight
+short_description: Every verdict a host needs before its SGLang server may change, in one call
+version_added: 0.2.0
+author: gpufleet developers (@gpufleet)
+description:
+  - Reads the host and the installed SGLang release and refuses, naming the input, the
+    value and the release, anything that would keep a new server from starting. It
+    changes nothing but its own caches, and nothing at all in check mode.
+  - "In this order: the model directory holds C(config.json); the memory plan of the
+    layout fits the GPUs (the planner uses a C(--mem-fraction-static) found in
+    O(extra_args), since that is what the server gets); nobody but the server's own unit
+    holds O(port); the installed release is read (version and fingerprint); its
+    C(launch_server --help) is parsed (cached per fingerprint); the launch argv is
+    rendered in the release's own spelling; the release's own argparse accepts that exact
+    argv (cached per fingerprint and argv)."
+  - A re-run with the same inputs and release runs no C(--help) at all.
+extends_documentation_fragment:
+  - gpufleet.sglang._attributes
+  - gpufleet.sglang._attributes.info_module
+options:
+  host:
+    description: The host's inventory name, for the messages.
+    type: str
+    required: true
+  python:
+    description: Interpreter of the release's venv.
+    type: path
+    required: true
+  model_path:
+    description: Model directory on the host; it must hold C(config.json).
+    type: str
+    required: true
+  layout:
+    description: The checked layout (C(name), C(tp), C(pp), C(ep), C(dp)), as M(gpufleet.sglang.deploy_check) returns it.
+    type: dict
+    required: true
+  multinode:
+    description: C(nnodes), C(node_rank) and C(dist_init_addr) of a multi-node server; omit for one host.
+    type: dict
+  server_args:
+    description: The server's own flags (model path, host, port, served name), flag to value.
+    type: dict
+    default: {}
+  extra_args:
+    description: Further launch flags, flag to value (V(true) for a switch).
+    type: dict
+    default: {}
+  require:
+    description: Flags the release must know.
+    type: list
+    elements: str
+    default: []
+  plan:
+    description:
+      - The memory planner's inputs. C(gpu_count), C(gpu_memory_mib), C(nnodes),
+        C(mem_fraction_static) (0 for SGLang's default), C(context_length),
+        C(kv_dtype) and C(allow_unfit).
+    type: dict
+    required: true
+  port:
+    description: The server's HTTP port.
+    type: int
+    required: true
+  service_name:
+    description: The server's systemd unit, without C(.service).
+    type: str
+    default: sglang
+  record_path:
+    description: The deployment record (it names the port the server was deployed on).
+    type: path
+    default: /etc/ansible/facts.d/sglang.fact
+  cache_dir:
+    description: Where the parsed C(--help) and the argparse verdicts are cached.
+    type: path
+    default: /var/cache/gpufleet-sglang
+  columns:
+    description: Terminal width C(--help) is rendered at.
+    type: int
+    default: 200
+  timeout:
+    description: Seconds one release command may take.
+    type: int
+    default: 120
+seealso:
+  - module: gpufleet.sglang.server_flags
+  - module: gpufleet.sglang.capacity_plan
+  - module: gpufleet.sglang.server_unit
+"""
+
+EXAMPLES = r"""
+- name: Check everything before the server changes
+  gpufleet.sglang.server_preflight:
+    host: "{{ inventory_hostname }}"
+    python: /opt/sglang/0.5.9/bin/python
+    model_path: /models/Kimi-K2.5
+    layout: {name: ep8, tp: 8, pp: 1, ep: 8, dp: 1}
+    server_args: {--model-path: /models/Kimi-K2.5, --host: 0.0.0.0, --port: 30000}
+    plan: {gpu_count: 8, gpu_memory_mib: 97887, nnodes: 1}
+    port: 30000
+  register: preflight
+"""
+
+RETURN = r"""
+version:
+  description: The installed SGLang release.
+  returned: success
+  type: str
+  sample: 0.5.9
+fingerprint:
+  description: sha256 over version, dist-info, RECORD and Python version of the release.
+  returned: success
+  type: str
+argv:
+  description: The launch flags in the release's spelling (after C(-m sglang.launch_server)).
+  returned: success
+  type: list
+  elements: str
+translations:
+  description: Cross-release translations applied while rendering.
+  returned: success
+  type: list
+  elements: str
+plan:
+  description: The memory plan of the layout (see M(gpufleet.sglang.capacity_plan)).
+  returned: success
+  type: dict
+pp_layer_partition:
+  description: The PP layer split for C(SGLANG_PP_LAYER_PARTITION), empty for none.
+  returned: success
+  type: str
+port_owner:
+  description: Who holds the port now (C(free) or C(ours)).
+  returned: success
+  type: str
+cached:
+  description: Which verdicts came from the host's cache (C(help), C(argparse)).
+  returned: success
+  type: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _port_owner
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _sglang_probe as probe
+from ansible_collections.gpufleet.sglang.plugins.module_utils._command import failure_payload, run
+from ansible_collections.gpufleet.sglang.plugins.module_utils._preflight import (
+    PreflightError,
+    check_model_dir,
+    judge_plan,
+    plan as plan_memory,
+)
+from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_argv import (
+    ArgvError,
+    missing,
+    render_argv,
+)
+
+
+def _record_port(path):
+    data = probe.read_json(path)
+    if isinstance(data, dict):
+        return data.get("port")
+    return None
+
+
+def _unit_active(module, service):
+    systemctl = module.get_bin_path("systemctl")
+    if not systemctl:
+        return False
+    return run(module, [systemctl, "is-active", "--quiet", "%s.service" % service], timeout=30).rc == 0
+
+
+def check_port(module, params):
+    verdict = _port_owner.inspect(params["port"], params["service_name"], None, None)
+    if verdict["owner"] == "other" and not verdict["pids"]:
+        # no holder visible (no CAP_SYS_PTRACE): ours if our unit runs on this port
+        verdict = _port_owner.decide(
+            params["port"], {"?"}, {}, params["service_name"],
+            _unit_active(module, params["service_name"]), _record_port(params["record_path"]))
+    if verdict["owner"] == "other":
+        raise PreflightError(_port_owner.message(verdict, params["host"], params["service_name"]))
+    return verdict["owner"]
+
+
+def probe_release(module, params, result):
+    """Release, flags, argv and the argparse verdict; fills ``result``."""
+    python = params["python"]
+    prefix = "server_python %s: " % python
+    try:
+        probe.check_interpreter(python)
+        info = probe.query_release(module, python, params["columns"], params["timeout"])
+        data, help_cached, _path = probe.flags(module, python, info, params["cache_dir"],
+                                               params["columns"], params["timeout"])
+    except probe.ProbeError as exc:
+        _fail_probe(module, prefix + str(exc), exc, result)
+    version = info["version"]
+    result.update(version=version, fingerprint=info["fingerprint"], prog=data.get("prog"))
+    lacking = missing(data["flags"], params["require"])
+    if lacking:
+        module.fail_json(msg="%ssglang %s lacks required flag%s: %s" % (
+            prefix, version, "" if len(lacking) == 1 else "s", ", ".join(lacking)),
+            missing=lacking, **result)
+    layout = dict((k, params["layout"][k]) for k in ("tp", "pp", "ep", "dp"))
+    if params["multinode"]:
+        layout.update(params["multinode"])
+    try:
+        argv, translations = render_argv(data["flags"], version, layout=layout,
+                                         server_args=params["server_args"],
+                                         extra_args=params["extra_args"])
+    except ArgvError as exc:
+        module.fail_json(msg="server_extra_args or the server settings are not valid for this "
+                             "release: %s" % exc, problems=exc.problems, **result)
+    result.update(argv=argv, translations=translations)
+    ok, verdict_cached, error = probe.argparse_verdict(module, python, info, argv,
+                                                       params["cache_dir"], params["timeout"])
+    if not ok:
+        module.fail_json(msg="sglang %s refuses the launch flags (server_extra_args or the server "
+                             "settings): %s" % (version, error), **result)
+    result["cached"] = {"help": help_cached, "argparse": verdict_cached}
+
+
+def _fail_probe(module, msg, exc, result):
+    if exc.result is not None:
+        module.fail_json(**failure_payload(msg, exc.result, **result))
+    module.fail_json(msg=msg, **result)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            host=dict(type="str", required=True),
+            python=dict(type="path", required=True),
+            model_path=dict(type="str", required=True),
+            layout=dict(type="dict", required=True),
+            multinode=dict(type="dict"),
+            server_args=dict(type="dict", default={}),
+            extra_args=dict(type="dict", default={}),
+            require=dict(type="list", elements="str", default=[]),
+            plan=dict(type="dict", required=True),
+            port=dict(type="int", required=True),
+            service_name=dict(type="str", default="sglang"),
+            record_path=dict(type="path", default="/etc/ansible/facts.d/sglang.fact"),
+            cache_dir=dict(type="path", default="/var/cache/gpufleet-sglang"),
+            columns=dict(type="int", default=200),
+            timeout=dict(type="int", default=120),
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+    result = dict(changed=False)
+    try:
+        check_model_dir(params["model_path"], params["host"])
+        plan, model_warnings = plan_memory(params["model_path"], params["layout"], params["plan"],
+                                           params["extra_args"])
+        result.update(plan=plan, pp_layer_partition=plan.get("pp_layer_partition") or "")
+        allow_unfit = module.boolean(params["plan"].get("allow_unfit") or False)
+        for warning in model_warnings + judge_plan(plan, params["host"], allow_unfit):
+            module.warn(warning)
+        result["port_owner"] = check_port(module, params)
+    except PreflightError as exc:
+        module.fail_json(msg=str(exc), **result)
+    probe_release(module, params, result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

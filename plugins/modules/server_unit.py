@@ -1,0 +1,634 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.sglang contributors
+# MIT License (see LICENSE)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: server_unit
+short_description: Own the SGLang server's systemd unit, its environment file and its rollback
+version_added: 0.1.0
+author: gpufleet developers (@gpufleet)
+description:
+  - Renders the systemd unit of the SGLang server (hardened as docs/hardening.md
+    describes) and its root-owned 0600 environment file, which alone holds the secrets.
+    The unit passes the API key as C(--api-key ${SGLANG_API_KEY}), which systemd expands
+    at start, so neither the unit nor the task output carries the value.
+  - With O(state=present), compares the rendered files with the installed ones. When
+    both are equal nothing is written and RV(restart) is false. When either differs, it
+    stages them in C(<config_dir>/staging/), checks the staged unit with
+    C(systemd-analyze verify) (when O(verify)), keeps the installed unit, environment
+    file and deployment record in C(<config_dir>/last-good/), installs the new files
+    atomically, runs C(systemctl daemon-reload), writes the deployment record and
+    returns RV(restart=true). It never restarts the server itself after a change; the
+    caller restarts it (typically through a handler), so every rank of a multi-node
+    server restarts in the same step.
+  - Enables the unit when it is not enabled. When the files did not change, O(start) is
+    true and the unit is not active, starts it (RV(started=true)).
+  - With O(state=rolled_back), puts the last known good unit, environment file and
+    record back, reloads systemd and restarts the server.
+  - The deployment record (O(record_path), a local fact file) holds C(strategy),
+    C(layout), C(release), C(argv), C(unit_sha1), C(service), C(port) and
+    C(deployed_at); C(deployed_at) changes only when the server is (re)installed.
+extends_documentation_fragment:
+  - gpufleet.sglang._attributes
+attributes:
+  check_mode:
+    support: full
+    details:
+      - Writes nothing on the host (no directories, staging files, installed files or
+        record) and runs no C(systemctl) command that changes state; C(changed),
+        RV(restart), RV(started) and the diff are still computed.
+      - When the files would change and O(verify) is true, C(systemd-analyze verify)
+        runs on a copy of the new unit (not the environment file) in a private
+        temporary directory that is removed again.
+      - With O(state=rolled_back) it only reports C(changed=true) and the record it
+        would restore.
+  diff_mode:
+    support: full
+    details:
+      - Returns the unit's text before and after, and the environment file's variable
+        names only, every value masked as C(***).
+  idempotent:
+    support: full
+seealso:
+  - module: gpufleet.sglang.server_health
+    description: Wait until the (re)started server is ready.
+  - module: gpufleet.sglang.server_flags
+    description: Render the launch_server argv passed as O(argv).
+options:
+  state:
+    description:
+      - V(present) installs the rendered unit and environment file.
+      - V(rolled_back) restores the last known good configuration and restarts the server.
+    type: str
+    choices: [present, rolled_back]
+    default: present
+  service_name:
+    description: Name of the systemd service (without C(.service)).
+    type: str
+    default: sglang
+  python:
+    description:
+      - Interpreter of the SGLang virtualenv; the unit runs C(<python> -m sglang.launch_server).
+      - Required with O(state=present).
+    type: path
+  argv:
+    description:
+      - The launch_server arguments (flags and values as separate items), for example
+        the C(argv) that M(gpufleet.sglang.server_flags) returns. Each C(--flag) starts a
+        line of C(ExecStart=); the values that follow it join that line.
+      - Required with O(state=present).
+    type: list
+    elements: str
+  api_key:
+    description:
+      - API key of the server. Written only to the environment file; the unit gets
+        C(--api-key ${SGLANG_API_KEY}). Empty for none.
+    type: str
+  hf_token:
+    description: Hugging Face token, written only to the environment file as C(HF_TOKEN).
+    type: str
+  environment:
+    description: Further (non-secret) environment of the server, written sorted by name.
+    type: dict
+    default: {}
+  pp_layer_partition:
+    description: PP layer split, written to the environment as C(SGLANG_PP_LAYER_PARTITION).
+    type: str
+  user:
+    description: Account the server runs as. It must exist.
+    type: str
+    default: sglang
+  group:
+    description: Primary group of the server. It must exist.
+    type: str
+    default: sglang
+  device_groups:
+    description: Supplementary groups that give the account access to the GPU devices.
+    type: list
+    elements: str
+    default: [video]
+  home:
+    description: Home and working directory of the server, created owned by O(user):O(group) with mode 0750.
+    type: path
+    default: /var/lib/sglang
+  config_dir:
+    description:
+      - Directory of the environment file, created root-owned with mode 0700, with its
+        C(staging) and C(last-good) subdirectories.
+    type: path
+    default: /etc/sglang
+  unit_dir:
+    description: Directory the unit file is installed in.
+    type: path
+    default: /etc/systemd/system
+  restart_sec:
+    description: C(RestartSec=) of the unit, in seconds.
+    type: int
+    default: 10
+  start_limit_burst:
+    description: C(StartLimitBurst=) of the unit.
+    type: int
+    default: 3
+  start_limit_interval_sec:
+    description: C(StartLimitIntervalSec=) of the unit, in seconds.
+    type: int
+    default: 3600
+  timeout_stop_sec:
+    description: C(TimeoutStopSec=) of the unit, in seconds.
+    type: int
+    default: 120
+  strategy:
+    description: Name of the parallel strategy; defaults to the C(name) of O(layout).
+    type: str
+  layout:
+    description:
+      - The strategy's layout (the C(strategy_plan) filter's result); needs C(tp), C(pp),
+        C(ep) and C(dp). Written to the unit's comment and the record.
+      - Required with O(state=present).
+    type: dict
+  release:
+    description:
+      - The SGLang release of O(python), written to the unit's description and the record.
+      - Required with O(state=present).
+    type: str
+  port:
+    description: HTTP port of the server, for the record. Defaults to the value of C(--port) in O(argv).
+    type: int
+  record_path:
+    description: Deployment record (a local fact file); its directory is created with mode 0755.
+    type: path
+    default: /etc/ansible/facts.d/sglang.fact
+  verify:
+    description: Check a changed unit with C(systemd-analyze verify) before installing it.
+    type: bool
+    default: true
+  start:
+    description: Start the unit when the files did not change and it is not active.
+    type: bool
+    default: true
+notes:
+  - Only the unit and the environment file decide RV(restart). A record that differs
+    (for example a changed O(port) alone) is rewritten, which reports C(changed) but no
+    restart.
+  - The previous configuration is kept as last known good only when both an installed
+    unit and an installed environment file exist. A stale last-good record is removed
+    when no installed record exists.
+  - The account, its groups and the device groups are not created by this module.
+"""
+
+EXAMPLES = r"""
+- name: Install the SGLang server's unit and environment
+  gpufleet.sglang.server_unit:
+    python: /opt/sglang/0.5.9/bin/python
+    argv: "{{ server_flags.argv }}"
+    api_key: "{{ server_api_key }}"
+    hf_token: "{{ server_hf_token }}"
+    environment:
+      NCCL_DEBUG: WARN
+    strategy: "{{ server_layout.name }}"
+    layout: "{{ server_layout }}"
+    release: "{{ server_flags.version }}"
+    port: 30000
+  register: server_unit
+  notify: Restart the SGLang server
+
+- name: Put the last known good server back
+  gpufleet.sglang.server_unit:
+    state: rolled_back
+  register: server_rollback
+
+- name: Say what was restored
+  ansible.builtin.debug:
+    msg: "back on {{ server_rollback.restored.strategy }}, SGLang {{ server_rollback.restored.release }}"
+"""
+
+RETURN = r"""
+restart:
+  description:
+    - Whether the unit or the environment file changed, so the caller must restart the
+      server. Always false with O(state=rolled_back), which restarts it itself.
+  returned: always
+  type: bool
+started:
+  description: Whether the module started the stopped unit (files unchanged, O(start) true).
+  returned: always
+  type: bool
+restarted:
+  description: Whether the module restarted the unit itself (only O(state=rolled_back) does).
+  returned: always
+  type: bool
+unit_path:
+  description: Path of the installed unit.
+  returned: always
+  type: str
+  sample: /etc/systemd/system/sglang.service
+env_path:
+  description: Path of the installed environment file.
+  returned: always
+  type: str
+  sample: /etc/sglang/sglang.env
+unit_sha1:
+  description: sha1 of the unit text that is (or would be) installed.
+  returned: always
+  type: str
+unit_changed:
+  description: Whether the unit text differs from the installed one.
+  returned: always
+  type: bool
+env_changed:
+  description: Whether the environment file differs from the installed one.
+  returned: always
+  type: bool
+record_changed:
+  description: Whether the deployment record was (or would be) rewritten.
+  returned: always
+  type: bool
+has_last_good:
+  description:
+    - With O(state=present), whether an installed unit and environment file existed
+      before this run, so there is something to roll back to.
+    - With O(state=rolled_back), whether a last known good configuration exists.
+  returned: always
+  type: bool
+record:
+  description: The deployment record now on disk (in check mode, the one that would be).
+  returned: always
+  type: dict
+  sample:
+    strategy: tp8
+    layout: {tp: 8, pp: 1, ep: 1, dp: 1, name: tp8, nnodes: 1, gpus: 8}
+    release: 0.5.9
+    argv: [--model-path, /models/kimi-k2, --tp-size, "8"]
+    unit_sha1: 3f786850e387550fdab836ed7e6dc881de23001b
+    service: sglang
+    port: 30000
+    deployed_at: "2025-01-31T12:00:00Z"
+restored:
+  description: The record restored from the last known good configuration ({} when it had none).
+  returned: when O(state=rolled_back)
+  type: dict
+active:
+  description: Whether the unit is active after the run (in check mode, predicted).
+  returned: always
+  type: bool
+enabled:
+  description: Whether the unit is enabled after the run (in check mode, predicted).
+  returned: always
+  type: bool
+"""
+
+import datetime
+import hashlib
+import os
+import shutil
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.common.text.converters import to_bytes, to_text
+
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _command
+from ansible_collections.gpufleet.sglang.plugins.module_utils._server_unit import (
+    decide,
+    mask_env,
+    parse_record,
+    record,
+    record_text,
+    render_env,
+    render_unit,
+)
+
+# Owner and group of the configuration files and directories (a seam for the tests).
+ROOT_OWNER = "root"
+ROOT_GROUP = "root"
+
+VERIFY_TIMEOUT = 120
+SYSTEMCTL_TIMEOUT = 300
+
+
+def _read(path):
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except (IOError, OSError):
+        return None
+
+
+def _now():
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
+class ServerUnit(object):
+    def __init__(self, module):
+        self.module = module
+        self.p = module.params
+        self.check = module.check_mode
+        self.changed = False
+        service = self.p["service_name"]
+        self.unit_name = "%s.service" % service
+        self.unit_path = os.path.join(self.p["unit_dir"], self.unit_name)
+        self.env_path = os.path.join(self.p["config_dir"], "%s.env" % service)
+        self.staging_dir = os.path.join(self.p["config_dir"], "staging")
+        self.last_good_dir = os.path.join(self.p["config_dir"], "last-good")
+        self.record_path = self.p["record_path"]
+        self.record_name = os.path.basename(self.record_path)
+        self.last_good = {
+            "unit": os.path.join(self.last_good_dir, self.unit_name),
+            "env": os.path.join(self.last_good_dir, "%s.env" % service),
+            "record": os.path.join(self.last_good_dir, self.record_name),
+        }
+        self._systemctl = None
+
+    # ----------------------------------------------------------------- host helpers
+    @property
+    def systemctl(self):
+        if self._systemctl is None:
+            self._systemctl = self.module.get_bin_path("systemctl", required=True)
+        return self._systemctl
+
+    def command(self, argv, what, timeout=SYSTEMCTL_TIMEOUT, check_rc=True):
+        result = _command.run(self.module, argv, timeout=timeout)
+        if check_rc and not result.ok:
+            _command.fail(self.module, "%s failed: %s" % (
+                what, result.last_line("stderr") or result.last_line("stdout") or "rc %s" % result.rc),
+                result)
+        return result
+
+    def is_active(self):
+        result = self.command([self.systemctl, "is-active", self.unit_name], "systemctl is-active",
+                              check_rc=False)
+        return result.ok
+
+    def is_enabled(self):
+        result = self.command([self.systemctl, "is-enabled", self.unit_name], "systemctl is-enabled",
+                              check_rc=False)
+        return result.ok
+
+    def ensure_dir(self, path, owner, group, mode):
+        """Create ``path`` (or fix its owner, group and mode); return whether it changed."""
+        changed = False
+        if not os.path.isdir(path):
+            if os.path.lexists(path):
+                self.module.fail_json(msg="%s exists and is not a directory" % path)
+            if self.check:
+                return True
+            try:
+                os.makedirs(path)
+            except OSError as exc:
+                self.module.fail_json(msg="cannot create %s: %s" % (path, to_text(exc)))
+            changed = True
+        changed = self.module.set_owner_if_different(path, owner, changed)
+        changed = self.module.set_group_if_different(path, group, changed)
+        changed = self.module.set_mode_if_different(path, mode, changed)
+        return changed
+
+    def write_atomic(self, path, data, mode):
+        """Write ``data`` to ``path`` via a temporary file in its directory and a rename."""
+        directory = os.path.dirname(path) or "."
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".%s." % os.path.basename(path))
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                os.fchmod(handle.fileno(), mode)
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            self.module.set_owner_if_different(tmp, ROOT_OWNER, False)
+            self.module.set_group_if_different(tmp, ROOT_GROUP, False)
+            self.module.set_default_selinux_context(tmp, False)
+            os.rename(tmp, path)
+        except BaseException:
+            if os.path.lexists(tmp):
+                os.unlink(tmp)
+            raise
+
+    # ----------------------------------------------------------------- state=present
+    def verify(self, unit_text):
+        """``systemd-analyze verify`` of the new unit; fail with its output when it refuses it."""
+        analyze = self.module.get_bin_path("systemd-analyze", required=True)
+        if self.check:
+            # private copy, removed again: check mode leaves nothing on the host
+            scratch = tempfile.mkdtemp(prefix="server_unit-verify-")
+            try:
+                path = os.path.join(scratch, self.unit_name)
+                with open(path, "wb") as handle:
+                    handle.write(unit_text)
+                result = _command.run(self.module, [analyze, "verify", path], timeout=VERIFY_TIMEOUT)
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
+        else:
+            path = os.path.join(self.staging_dir, self.unit_name)
+            result = _command.run(self.module, [analyze, "verify", path], timeout=VERIFY_TIMEOUT)
+        if not result.ok:
+            detail = (result.stderr.strip() or result.stdout.strip() or "rc %s" % result.rc)
+            _command.fail(self.module, "systemd-analyze verify refused the new unit %s; nothing was "
+                          "installed:\n%s" % (self.unit_name, detail), result)
+
+    def keep_last_good(self):
+        """Copy the installed unit, environment file and record to last-good/."""
+        self.write_atomic(self.last_good["unit"], _read(self.unit_path), 0o644)
+        self.write_atomic(self.last_good["env"], _read(self.env_path), 0o600)
+        current_record = _read(self.record_path)
+        if current_record is not None:
+            self.write_atomic(self.last_good["record"], current_record, 0o644)
+        elif os.path.lexists(self.last_good["record"]):
+            os.unlink(self.last_good["record"])
+
+    def present(self):
+        p = self.p
+        try:
+            unit_text = to_bytes(render_unit(p), errors="surrogate_or_strict")
+            env_text = to_bytes(render_env(p), errors="surrogate_or_strict")
+        except ValueError as exc:
+            self.module.fail_json(msg="cannot render the unit: %s" % to_text(exc))
+        unit_sha1 = hashlib.sha1(unit_text).hexdigest()
+
+        installed_unit = _read(self.unit_path)
+        installed_env = _read(self.env_path)
+        plan = decide(installed_unit, installed_env, unit_text, env_text)
+        restart = plan["restart"]
+
+        # directories (check mode: predicted only)
+        dirs_changed = False
+        dirs_changed |= self.ensure_dir(p["home"], p["user"], p["group"], "0750")
+        for path in (p["config_dir"], self.staging_dir, self.last_good_dir):
+            dirs_changed |= self.ensure_dir(path, ROOT_OWNER, ROOT_GROUP, "0700")
+        dirs_changed |= self.ensure_dir(os.path.dirname(self.record_path) or ".", ROOT_OWNER,
+                                        ROOT_GROUP, "0755")
+        self.changed |= dirs_changed
+
+        previous_record_text = _read(self.record_path)
+        new_record = record(parse_record(previous_record_text), p, unit_sha1, _now(), restart)
+        new_record_text = to_bytes(record_text(new_record))
+        record_changed = previous_record_text != new_record_text
+
+        if restart:
+            if not self.check:
+                self.write_atomic(os.path.join(self.staging_dir, "%s.env" % p["service_name"]),
+                                  env_text, 0o600)
+                self.write_atomic(os.path.join(self.staging_dir, self.unit_name), unit_text, 0o644)
+            if p["verify"]:
+                self.verify(unit_text)
+            if not self.check:
+                if plan["has_last_good"]:
+                    self.keep_last_good()
+                self.write_atomic(self.env_path, env_text, 0o600)
+                self.write_atomic(self.unit_path, unit_text, 0o644)
+                self.write_atomic(self.record_path, new_record_text, 0o644)
+                self.command([self.systemctl, "daemon-reload"], "systemctl daemon-reload")
+            self.changed = True
+        elif record_changed:
+            if not self.check:
+                self.write_atomic(self.record_path, new_record_text, 0o644)
+            self.changed = True
+
+        # enabled
+        enabled = self.is_enabled()
+        if not enabled:
+            if not self.check:
+                self.command([self.systemctl, "enable", self.unit_name], "systemctl enable")
+            enabled = True
+            self.changed = True
+
+        # started (only when nothing changed: a restart after a change is the caller's)
+        active = self.is_active()
+        started = False
+        if not restart and p["start"] and not active:
+            if not self.check:
+                self.command([self.systemctl, "start", self.unit_name], "systemctl start")
+                active = self.is_active()
+            else:
+                active = True
+            started = True
+            self.changed = True
+
+        result = dict(
+            changed=self.changed,
+            restart=restart,
+            started=started,
+            restarted=False,
+            unit_path=self.unit_path,
+            env_path=self.env_path,
+            unit_sha1=unit_sha1,
+            unit_changed=plan["unit_changed"],
+            env_changed=plan["env_changed"],
+            record_changed=record_changed,
+            has_last_good=plan["has_last_good"],
+            record=new_record,
+            active=active,
+            enabled=enabled,
+        )
+        if self.module._diff:
+            result["diff"] = self.diff(installed_unit, unit_text, installed_env, env_text)
+        return result
+
+    # ----------------------------------------------------------------- state=rolled_back
+    def rolled_back(self):
+        good_unit = _read(self.last_good["unit"])
+        good_env = _read(self.last_good["env"])
+        if good_unit is None or good_env is None:
+            self.module.fail_json(
+                msg="no last known good configuration: %s and %s must both exist"
+                    % (self.last_good["unit"], self.last_good["env"]),
+                has_last_good=False)
+        good_record_text = _read(self.last_good["record"])
+        restored = parse_record(good_record_text)
+        installed_unit = _read(self.unit_path)
+        installed_env = _read(self.env_path)
+        installed_record_text = _read(self.record_path)
+        plan = decide(installed_unit, installed_env, good_unit, good_env)
+        record_changed = good_record_text is not None and good_record_text != installed_record_text
+
+        active = True
+        if not self.check:
+            self.write_atomic(self.unit_path, good_unit, 0o644)
+            self.write_atomic(self.env_path, good_env, 0o600)
+            if good_record_text is not None:
+                self.ensure_dir(os.path.dirname(self.record_path) or ".", ROOT_OWNER, ROOT_GROUP, "0755")
+                self.write_atomic(self.record_path, good_record_text, 0o644)
+            self.command([self.systemctl, "daemon-reload"], "systemctl daemon-reload")
+            self.command([self.systemctl, "restart", self.unit_name], "systemctl restart")
+            active = self.is_active()
+
+        result = dict(
+            changed=True,
+            restart=False,
+            started=False,
+            restarted=not self.check,
+            unit_path=self.unit_path,
+            env_path=self.env_path,
+            unit_sha1=hashlib.sha1(good_unit).hexdigest(),
+            unit_changed=plan["unit_changed"],
+            env_changed=plan["env_changed"],
+            record_changed=record_changed,
+            has_last_good=True,
+            record=restored if good_record_text is not None else parse_record(installed_record_text),
+            restored=restored,
+            active=active,
+            enabled=True if self.check else self.is_enabled(),
+        )
+        if self.module._diff:
+            result["diff"] = self.diff(installed_unit, good_unit, installed_env, good_env)
+        return result
+
+    # ----------------------------------------------------------------- diff
+    def diff(self, old_unit, new_unit, old_env, new_env):
+        return [
+            dict(before_header=self.unit_path, after_header=self.unit_path,
+                 before=to_text(old_unit or b""), after=to_text(new_unit)),
+            dict(before_header="%s (values masked)" % self.env_path,
+                 after_header="%s (values masked)" % self.env_path,
+                 before=mask_env(old_env), after=mask_env(new_env)),
+        ]
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            state=dict(type="str", default="present", choices=["present", "rolled_back"]),
+            service_name=dict(type="str", default="sglang"),
+            python=dict(type="path"),
+            argv=dict(type="list", elements="str"),
+            api_key=dict(type="str", no_log=True),
+            hf_token=dict(type="str", no_log=True),
+            environment=dict(type="dict", default={}),
+            pp_layer_partition=dict(type="str"),
+            user=dict(type="str", default="sglang"),
+            group=dict(type="str", default="sglang"),
+            device_groups=dict(type="list", elements="str", default=["video"]),
+            home=dict(type="path", default="/var/lib/sglang"),
+            config_dir=dict(type="path", default="/etc/sglang"),
+            unit_dir=dict(type="path", default="/etc/systemd/system"),
+            restart_sec=dict(type="int", default=10),
+            start_limit_burst=dict(type="int", default=3),
+            start_limit_interval_sec=dict(type="int", default=3600),
+            timeout_stop_sec=dict(type="int", default=120),
+            strategy=dict(type="str"),
+            layout=dict(type="dict"),
+            release=dict(type="str"),
+            port=dict(type="int"),
+            record_path=dict(type="path", default="/etc/ansible/facts.d/sglang.fact"),
+            verify=dict(type="bool", default=True),
+            start=dict(type="bool", default=True),
+        ),
+        required_if=[("state", "present", ("python", "argv", "layout", "release"))],
+        supports_check_mode=True,
+    )
+    name = module.params["service_name"]
+    if not name or "/" in name or name.endswith(".service"):
+        module.fail_json(msg="service_name must be a plain unit name without .service, got %r" % name)
+    server = ServerUnit(module)
+    if module.params["state"] == "present":
+        if not module.params["argv"]:
+            module.fail_json(msg="argv must not be empty")
+        result = server.present()
+    else:
+        result = server.rolled_back()
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

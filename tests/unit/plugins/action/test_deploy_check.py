@@ -1,0 +1,106 @@
+# -*- coding: utf-8 -*-
+"""gpufleet.sglang.deploy_check through a real ansible-playbook run on the controller.
+
+The server role's check entry point runs on two local hosts; the JSON callback gives the
+registered result of each host.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
+BIN = os.path.dirname(sys.executable)
+
+INVENTORY = """
+all:
+  children:
+    sglang_servers:
+      children:
+        pair:
+          hosts:
+            h1: {ansible_connection: local, sglang_node_address: 10.1.0.1}
+            h2: {ansible_connection: local, sglang_node_address: 10.1.0.2}
+"""
+
+PLAYBOOK = """
+- hosts: sglang_servers
+  gather_facts: false
+  tasks:
+    - ansible.builtin.include_role:
+        name: gpufleet.sglang.server
+        tasks_from: check
+"""
+
+GOOD = {"strategy": "ep8", "sglang_gpu_count": 8, "sglang_gpu_memory_mib": 97887,
+        "sglang_release": "0.5.9", "sglang_model_path": "/models/k"}
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    base = tmp_path_factory.mktemp("deploy_check")
+    (base / "hosts.yml").write_text(INVENTORY)
+    (base / "play.yml").write_text(PLAYBOOK)
+
+    def _run(extra):
+        env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
+                   ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, ".cache", "collections"),
+                   ANSIBLE_NOCOLOR="1")
+        env.pop("ANSIBLE_CONFIG", None)
+        proc = subprocess.run([os.path.join(BIN, "ansible-playbook"), "-i", str(base / "hosts.yml"),
+                               str(base / "play.yml"), "-e", json.dumps(extra)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                              env=env, cwd=str(base), timeout=120, check=False)
+        data = json.loads(proc.stdout)
+        results = {}
+        for play in data["plays"]:
+            for task in play["tasks"]:
+                if task["task"]["name"].endswith("Check the deploy inputs"):
+                    results.update(task["hosts"])
+        return proc, results
+    return _run
+
+
+def test_a_bare_inventory_is_refused_once_naming_every_required_input(run):
+    proc, results = run({})
+    assert proc.returncode != 0
+    msg = results["h1"]["msg"]
+    assert msg.startswith("h1: 5 problems with the deploy inputs:")
+    for name in ("strategy", "sglang_gpu_count", "sglang_gpu_memory_mib", "sglang_release",
+                 "sglang_model_path"):
+        assert "- %s is not set" % name in msg
+    assert "Error while resolving" not in proc.stdout and "Finalization" not in proc.stdout
+
+
+def test_good_inputs_give_the_layout(run):
+    proc, results = run(GOOD)
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    layout = results["h2"]["layout"]
+    assert (layout["name"], layout["tp"], layout["ep"]) == ("ep8", 8, 8)
+    assert results["h2"]["topology"]["members"] == ["h2"]
+
+
+def test_a_strategy_error_is_the_collections_own_text(run):
+    proc, results = run(dict(GOOD, strategy="tp8-ep16"))
+    assert proc.returncode != 0
+    assert results["h1"]["msg"] == ("h1: strategy 'tp8-ep16': ep 16 does not divide tp 8 (SGLang "
+                                    "runs expert parallelism inside the tensor-parallel group)")
+
+
+def test_two_hosts_form_one_server(run):
+    proc, results = run(dict(GOOD, strategy="tp16", sglang_nnodes=2, sglang_server_group="pair"))
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    one, two = results["h1"]["topology"], results["h2"]["topology"]
+    assert (one["node_rank"], two["node_rank"]) == (0, 1)
+    assert one["dist_init_addr"] == two["dist_init_addr"] == "10.1.0.1:50000"
+    assert one["serves_http"] and not two["serves_http"]
+
+
+def test_a_group_without_rank_0_is_refused(run):
+    proc, results = run(dict(GOOD, strategy="tp16", sglang_nnodes=2, sglang_server_group="pair",
+                             sglang_node_rank=1))
+    assert proc.returncode != 0
+    assert "no host has rank 0" in results["h1"]["msg"]

@@ -1,0 +1,102 @@
+# -*- coding: utf-8 -*-
+"""Every deploy input checked at once; the messages the bad-input table shows."""
+
+import pytest
+
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _inputs
+from ansible_collections.gpufleet.sglang.plugins.module_utils._inputs import MISSING, check_fields
+
+GOOD = {
+    "strategy": "pp8", "sglang_gpu_count": 8, "sglang_gpu_memory_mib": 97887,
+    "sglang_release": "0.5.9", "sglang_model_path": "/models/k", "server_port": 30000,
+    "server_health_timeout": 1800, "server_extra_args": {}, "server_served_model_name": "",
+    "server_api_key": "", "server_hf_token": "",
+}
+
+
+def _with(**changes):
+    values = dict(GOOD)
+    values.update(changes)
+    return values
+
+
+def test_good_inputs_have_no_problem():
+    assert check_fields(GOOD) == []
+
+
+def test_a_bare_inventory_learns_every_required_input_in_one_run():
+    problems = check_fields({})
+    names = [p.split(" ")[0] for p in problems]
+    assert names == ["strategy", "sglang_gpu_count", "sglang_gpu_memory_mib", "sglang_release",
+                     "sglang_model_path"]
+    for problem in problems:
+        assert "is not set:" in problem and "(e.g. " in problem
+
+
+@pytest.mark.parametrize("changes, expect", [
+    ({"sglang_gpu_count": "eight"}, 'sglang_gpu_count must be a positive integer (got "eight")'),
+    ({"sglang_gpu_count": 0}, "sglang_gpu_count must be a positive integer (got 0)"),
+    ({"sglang_gpu_count": True}, "sglang_gpu_count must be a positive integer (got true)"),
+    ({"sglang_nnodes": -1}, "sglang_nnodes must be a positive integer (got -1)"),
+    ({"sglang_rollout_batch": 0}, "sglang_rollout_batch must be a positive number of hosts"),
+    ({"sglang_rollout_batch": "101%"}, "(got 101%)"),
+    ({"sglang_rollout_batch": [1, "x"]}, 'sglang_rollout_batch'),
+    ({"sglang_release": "0.5.9;touch /tmp/pwned"},
+     'sglang_release must be a version such as 0.5.9 (got "0.5.9;touch /tmp/pwned")'),
+    ({"venv_release": "0.5.9 $(id)"}, 'venv_release must be a version such as 0.5.9 (got "0.5.9 $(id)")'),
+    ({"capacity_mem_fraction_static": 1.5}, "capacity_mem_fraction_static (1.5) must be in [0, 1)"),
+    ({"capacity_mem_fraction_static": "most"},
+     'capacity_mem_fraction_static must be a number (0 plans with SGLang\'s default) (got "most")'),
+    ({"server_extra_args": {"--mem-fraction-static": 1.5}},
+     "server_extra_args --mem-fraction-static must be a number in (0, 1]"),
+    ({"server_extra_args": {"mem_fraction_static": 0}},
+     "server_extra_args mem_fraction_static must be a number in (0, 1], the fraction of GPU memory "
+     "for weights and KV cache (got 0)"),
+    ({"server_extra_args": "--trust-remote-code"}, "server_extra_args must be a mapping"),
+    ({"server_port": 70000}, "server_port must be 1-65535 (got 70000)"),
+    ({"server_port": "http"}, "server_port must be 1-65535 (got http)"),
+    ({"server_health_timeout": -5}, "server_health_timeout must be positive (got -5)"),
+    ({"server_served_model_name": "k" * 10000}, "(got 10000 characters"),
+    ({"server_served_model_name": "kimi\nk2"}, "server_served_model_name must be a string of at most 256"),
+    ({"server_api_key": "abc\ndef"}, "server_api_key must not contain newlines"),
+    ({"server_hf_token": "hf_\x07bell"}, "server_hf_token must not contain newlines or other control characters"),
+])
+def test_each_malformed_input_is_named_with_its_value(changes, expect):
+    problems = check_fields(_with(**changes))
+    assert len(problems) == 1, problems
+    assert expect in problems[0]
+
+
+def test_secrets_are_never_shown():
+    problems = check_fields(_with(server_api_key="s3cret\n", server_hf_token="zz9tok\x01"))
+    assert len(problems) == 2
+    assert not any("s3cret" in p or "zz9tok" in p for p in problems)
+
+
+def test_several_problems_are_listed_together():
+    problems = check_fields(_with(server_port=0, sglang_release=MISSING, sglang_gpu_count="x"))
+    assert len(problems) == 3
+    text = _inputs.report(problems, "gpu-1")
+    assert text.startswith("gpu-1: 3 problems with the deploy inputs:\n- ")
+    assert "sglang_release is not set" in text and "server_port must be" in text
+
+
+@pytest.mark.parametrize("strategy, gpus, nnodes, expect", [
+    ("tp7x", 8, 1, "unknown strategy 'tp7x'; valid forms"),
+    ("tp4", 8, 1, "strategy 'tp4' needs tp*pp = 4*1 = 4 GPUs, but the server has 8"),
+    ("tp8-ep3", 8, 1, "ep 3 does not divide tp 8"),
+    ("tp16", 8, 1, "needs tp*pp = 16*1 = 16 GPUs, but the server has 8"),
+])
+def test_strategy_problems(strategy, gpus, nnodes, expect):
+    layout, problem = _inputs.layout(_with(strategy=strategy, sglang_gpu_count=gpus), nnodes)
+    assert layout is None and expect in problem
+
+
+def test_strategy_layout_for_two_nodes():
+    layout, problem = _inputs.layout(_with(strategy="tp16", sglang_gpu_count="8"), 2)
+    assert problem is None
+    assert (layout["name"], layout["tp"], layout["nnodes"], layout["gpus"]) == ("tp16", 16, 2, 16)
+
+
+def test_no_layout_verdict_without_a_usable_gpu_count():
+    assert _inputs.layout(_with(sglang_gpu_count="eight"), 1) == (None, None)

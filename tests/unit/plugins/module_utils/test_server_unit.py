@@ -1,0 +1,341 @@
+import datetime
+import hashlib
+import json
+import os
+import re
+
+import jinja2
+import pytest
+
+from ansible_collections.gpufleet.sglang.plugins.filter.strategy import systemd_arg as filter_systemd_arg
+from ansible_collections.gpufleet.sglang.plugins.module_utils._server_unit import (
+    HEADER,
+    argv_lines,
+    decide,
+    mask_env,
+    parse_record,
+    port_of,
+    record,
+    record_text,
+    render_env,
+    render_unit,
+    systemd_arg,
+)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
+TEMPLATES = os.path.join(ROOT, "roles", "server", "templates")
+
+LAYOUT = {"tp": 8, "pp": 1, "ep": 8, "dp": 1, "name": "tp8-ep8", "nnodes": 1, "gpus": 8}
+
+
+# The role's templates as they were when server_unit replaced them (frozen here, so the
+# comparison keeps working once the role no longer ships them).
+TEMPLATE_SOURCES = {
+    "server.service.j2": r'''{{ ansible_managed | comment }}
+@STRATEGY_LINE@
+{% set ns = namespace(lines=[]) %}
+{% for arg in server_flags.argv %}
+{%   if arg is match('--') or ns.lines | length == 0 %}
+{%     set ns.lines = ns.lines + [arg | gpufleet.sglang.systemd_arg] %}
+{%   else %}
+{%     set ns.lines = ns.lines[:-1] + [ns.lines[-1] ~ ' ' ~ (arg | gpufleet.sglang.systemd_arg)] %}
+{%   endif %}
+{% endfor %}
+{% if server_api_key | length > 0 %}
+{%   set ns.lines = ns.lines + ['--api-key ${SGLANG_API_KEY}'] %}
+{% endif %}
+[Unit]
+Description=SGLang server ({{ server_layout.name }}, SGLang {{ server_flags.version }})
+After=network-online.target
+Wants=network-online.target
+StartLimitIntervalSec={{ server_start_limit_interval_sec }}
+StartLimitBurst={{ server_start_limit_burst }}
+
+[Service]
+Type=simple
+User={{ server_user }}
+Group={{ server_group }}
+SupplementaryGroups={{ server_device_groups | join(' ') }}
+WorkingDirectory={{ server_home }}
+EnvironmentFile={{ server_config_dir }}/{{ server_service_name }}.env
+ExecStart={{ server_python | gpufleet.sglang.systemd_arg }} -m sglang.launch_server \
+{% for line in ns.lines %}
+    {{ line }}{{ ' \\' if not loop.last else '' }}
+{% endfor %}
+Restart=on-failure
+RestartSec={{ server_restart_sec }}
+KillMode=control-group
+TimeoutStopSec={{ server_timeout_stop_sec }}
+LimitNOFILE=65536
+LimitMEMLOCK=infinity
+# Sandboxing that SGLang tolerates; docs/hardening.md lists what is left out and why
+# (GPU device nodes, JIT compilers, NCCL sockets and /dev/shm must stay usable).
+NoNewPrivileges=yes
+CapabilityBoundingSet=
+PrivateTmp=yes
+ProtectSystem=strict
+ReadWritePaths={{ server_home }}
+ProtectHome=read-only
+ProtectProc=invisible
+ProtectKernelTunables=yes
+ProtectKernelModules=yes
+ProtectKernelLogs=yes
+ProtectControlGroups=yes
+ProtectClock=yes
+ProtectHostname=yes
+RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK
+RestrictNamespaces=yes
+RestrictSUIDSGID=yes
+RestrictRealtime=yes
+LockPersonality=yes
+SystemCallArchitectures=native
+SystemCallFilter=~@clock @cpu-emulation @module @mount @obsolete @raw-io @reboot @swap
+SystemCallErrorNumber=EPERM
+RemoveIPC=yes
+KeyringMode=private
+UMask=0027
+
+[Install]
+WantedBy=multi-user.target
+''',
+    "server.env.j2": r'''# {{ ansible_managed }}
+# Environment of {{ server_service_name }}.service. Mode 0600: it holds secrets.
+HOME={{ server_home }}
+{% if server_api_key | length > 0 %}
+SGLANG_API_KEY="{{ server_api_key | replace('\\', '\\\\') | replace('"', '\\"') }}"
+{% endif %}
+{% if server_hf_token | length > 0 %}
+HF_TOKEN="{{ server_hf_token | replace('\\', '\\\\') | replace('"', '\\"') }}"
+{% endif %}
+{% if server_pp_layer_partition | length > 0 %}
+SGLANG_PP_LAYER_PARTITION={{ server_pp_layer_partition }}
+{% endif %}
+{% for name, value in server_environment | dictsort %}
+{{ name }}="{{ value | string | replace('\\', '\\\\') | replace('"', '\\"') }}"
+{% endfor %}
+''',
+}
+# (that line is longer than the sanity tests allow in a source line)
+TEMPLATE_SOURCES["server.service.j2"] = TEMPLATE_SOURCES["server.service.j2"].replace("@STRATEGY_LINE@", (
+    "# Strategy {{ server_layout.name }} (tp {{ server_layout.tp }}, pp {{ server_layout.pp }},"
+    " ep {{ server_layout.ep }}, dp {{ server_layout.dp }}) on SGLang {{ server_flags.version }}."))
+
+
+def params(**over):
+    p = dict(
+        service_name="sglang",
+        python="/opt/sglang/0.5.9/bin/python",
+        argv=["--model-path", "/models/kimi-k2", "--tp-size", "8", "--ep-size", "8",
+              "--host", "0.0.0.0", "--port", "30000"],
+        api_key="",
+        hf_token="",
+        environment={},
+        pp_layer_partition="",
+        user="sglang",
+        group="sglang",
+        device_groups=["video"],
+        home="/var/lib/sglang",
+        config_dir="/etc/sglang",
+        restart_sec=10,
+        start_limit_burst=3,
+        start_limit_interval_sec=3600,
+        timeout_stop_sec=120,
+        strategy="tp8-ep8",
+        layout=dict(LAYOUT),
+        release="0.5.9",
+    )
+    p.update(over)
+    return p
+
+
+def jinja_render(name, p):
+    """Render a role template as the template module did (trim_blocks, trailing newline)."""
+    source = TEMPLATE_SOURCES[name]
+    # the header line is the only intended difference
+    source = source.replace("{{ ansible_managed | comment }}", HEADER)
+    source = source.replace("# {{ ansible_managed }}", HEADER)
+    env = jinja2.Environment(trim_blocks=True, keep_trailing_newline=True,
+                             undefined=jinja2.StrictUndefined)
+    env.filters["gpufleet.sglang.systemd_arg"] = filter_systemd_arg
+    env.tests["match"] = lambda value, pattern: re.match(pattern, value) is not None
+    variables = {
+        "server_layout": p["layout"],
+        "server_flags": {"version": p["release"], "argv": p["argv"]},
+        "server_api_key": p["api_key"],
+        "server_hf_token": p["hf_token"],
+        "server_environment": p["environment"],
+        "server_pp_layer_partition": p["pp_layer_partition"],
+        "server_user": p["user"],
+        "server_group": p["group"],
+        "server_device_groups": p["device_groups"],
+        "server_home": p["home"],
+        "server_config_dir": p["config_dir"],
+        "server_service_name": p["service_name"],
+        "server_python": p["python"],
+        "server_restart_sec": p["restart_sec"],
+        "server_start_limit_burst": p["start_limit_burst"],
+        "server_start_limit_interval_sec": p["start_limit_interval_sec"],
+        "server_timeout_stop_sec": p["timeout_stop_sec"],
+    }
+    return env.from_string(source).render(**variables)
+
+
+CASES = {
+    "plain": params(),
+    "api key with quotes and backslashes": params(
+        api_key='k"ey\\with$quotes%and\\"more', hf_token='hf_"tok\\en'),
+    "value with spaces": params(argv=["--model-path", "/models/My Model", "--served-model-name",
+                                      "Kimi K2.5", "--chat-template", "{\"a\": \"$HOME 50%\"}"]),
+    "multi-value flags and switches": params(
+        argv=["--model-path", "/m", "--trust-remote-code", "--cuda-graph-bs", "1", "2", "4", "8",
+              "--enable-metrics", "--dist-init-addr", "10.0.0.1:50000", "--nnodes", "2"],
+        device_groups=["video", "render"],
+        environment={"NCCL_DEBUG": "WARN", "b_lower": 'x "y"', "A_FIRST": 1, "TRUE": True},
+        pp_layer_partition="15,15,15,16",
+        api_key="secret"),
+    "first item not a flag": params(argv=["positional", "--port", "30001"], home="/srv/sglang home",
+                                    python="/opt/venv with space/bin/python"),
+    "no device groups": params(device_groups=[], service_name="sglang-b",
+                               config_dir="/etc/sglang-b", restart_sec=5),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TEMPLATE_SOURCES))
+def test_frozen_templates_are_the_roles(name):
+    path = os.path.join(TEMPLATES, name)
+    if not os.path.exists(path):
+        pytest.skip("the role no longer ships %s" % name)
+    with open(path) as handle:
+        assert handle.read() == TEMPLATE_SOURCES[name]
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_unit_matches_the_template(name):
+    p = CASES[name]
+    assert render_unit(p) == jinja_render("server.service.j2", p)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_env_matches_the_template(name):
+    p = CASES[name]
+    assert render_env(p) == jinja_render("server.env.j2", p)
+
+
+def test_unit_structure():
+    text = render_unit(params(api_key="x"))
+    lines = text.splitlines()
+    assert lines[0] == HEADER
+    assert lines[1] == "# Strategy tp8-ep8 (tp 8, pp 1, ep 8, dp 1) on SGLang 0.5.9."
+    assert "ExecStart=/opt/sglang/0.5.9/bin/python -m sglang.launch_server \\" in lines
+    assert "    --model-path /models/kimi-k2 \\" in lines
+    assert "    --api-key ${SGLANG_API_KEY}" in lines
+    assert lines[lines.index("    --api-key ${SGLANG_API_KEY}") + 1] == "Restart=on-failure"
+    assert "EnvironmentFile=/etc/sglang/sglang.env" in lines
+    assert "x" not in [ln.split("=", 1)[-1] for ln in lines]
+    assert text.endswith("[Install]\nWantedBy=multi-user.target\n")
+
+
+def test_env_holds_secrets_escaped():
+    text = render_env(params(api_key='a"b\\c', hf_token="hf", environment={"Z": "1", "a": "2"}))
+    assert 'SGLANG_API_KEY="a\\"b\\\\c"\n' in text
+    assert 'HF_TOKEN="hf"\n' in text
+    assert text.index('a="2"') < text.index('Z="1"')  # dictsort ignores case
+
+
+def test_no_api_key_no_api_key_line():
+    assert "--api-key" not in render_unit(params(api_key=None))
+    assert "SGLANG_API_KEY" not in render_env(params(api_key=None, hf_token=None, pp_layer_partition=None))
+
+
+def test_unit_without_arguments_has_no_dangling_continuation():
+    text = render_unit(params(argv=[]))
+    assert "ExecStart=/opt/sglang/0.5.9/bin/python -m sglang.launch_server\nRestart=on-failure" in text
+
+
+def test_layout_needs_its_keys():
+    with pytest.raises(ValueError, match="layout lacks dp"):
+        render_unit(params(layout={"tp": 8, "pp": 1, "ep": 1}))
+    with pytest.raises(ValueError, match="strategy"):
+        render_unit(params(strategy=None, layout={"tp": 8, "pp": 1, "ep": 1, "dp": 1}))
+    assert "# Strategy tp8-ep8 " in render_unit(params(strategy=None))
+
+
+@pytest.mark.parametrize("argv, lines", [
+    ([], []),
+    (["--a"], ["--a"]),
+    (["--a", "1", "--b", "--c", "x y", "z"], ["--a 1", "--b", '--c "x y" z']),
+    (["pos", "--a", "-1"], ["pos", "--a -1"]),
+    (["--p", "50%", "$X"], ["--p 50%% $$X"]),
+])
+def test_argv_lines(argv, lines):
+    assert argv_lines(argv) == lines
+
+
+def test_systemd_arg_is_the_filter():
+    for value in ["plain", "Kimi K2.5", "50%", "$HOME", 'q"uote', "a\\b", True, 8]:
+        assert systemd_arg(value) == filter_systemd_arg(value)
+    with pytest.raises(ValueError, match="NUL"):
+        systemd_arg("a\x00b")
+
+
+def test_mask_env():
+    text = render_env(params(api_key="topsecret", environment={"X": "value"}))
+    masked = mask_env(text)
+    assert "topsecret" not in masked and "value" not in masked
+    assert "SGLANG_API_KEY=***" in masked and "X=***" in masked and "HOME=***" in masked
+    assert masked.startswith(HEADER + "\n")
+    assert mask_env(None) == ""
+    assert mask_env(text.encode()) == masked
+
+
+def test_decide():
+    assert decide("u", "e", "u", "e") == {
+        "unit_changed": False, "env_changed": False, "restart": False, "has_last_good": True}
+    assert decide(None, None, "u", "e") == {
+        "unit_changed": True, "env_changed": True, "restart": True, "has_last_good": False}
+    assert decide("u", "old", "u", "e") == {
+        "unit_changed": False, "env_changed": True, "restart": True, "has_last_good": True}
+    assert decide("old", "e", "u", "e")["restart"] is True
+    assert decide("u", None, "u", "e") == {
+        "unit_changed": False, "env_changed": True, "restart": True, "has_last_good": False}
+    assert decide(b"u", b"e", b"u", b"e")["restart"] is False
+
+
+NOW = datetime.datetime(2025, 1, 31, 12, 0, 5, tzinfo=datetime.timezone.utc)
+
+
+def test_record_new():
+    p = params(port=30000)
+    rec = record(None, p, "abc", NOW, restarted=True)
+    assert rec == {
+        "strategy": "tp8-ep8", "layout": LAYOUT, "release": "0.5.9", "argv": p["argv"],
+        "unit_sha1": "abc", "service": "sglang", "port": 30000, "deployed_at": "2025-01-31T12:00:05Z"}
+
+
+def test_record_keeps_the_time_unless_restarted():
+    p = params(port=30000)
+    previous = record({}, p, "abc", NOW, restarted=True)
+    later = NOW + datetime.timedelta(hours=1)
+    assert record(previous, p, "abc", later, restarted=False)["deployed_at"] == "2025-01-31T12:00:05Z"
+    assert record(previous, p, "def", later, restarted=True)["deployed_at"] == "2025-01-31T13:00:05Z"
+    # a previous record without a time (or none at all) gets one
+    assert record({"strategy": "x"}, p, "abc", later, False)["deployed_at"] == "2025-01-31T13:00:05Z"
+    assert record(previous, p, "abc", "2030-01-01T00:00:00Z", True)["deployed_at"] == "2030-01-01T00:00:00Z"
+
+
+def test_record_port_from_argv():
+    assert record({}, params(), "x", NOW, True)["port"] == 30000
+    assert port_of(params(port=1234)) == 1234
+    assert port_of(params(argv=["--port=31000"])) == 31000
+    assert port_of(params(argv=["--model-path", "/m"])) is None
+
+
+def test_record_text_is_to_nice_json():
+    from ansible.plugins.filter.core import to_nice_json
+    rec = record({}, params(), hashlib.sha1(b"u").hexdigest(), NOW, True)
+    assert record_text(rec) == to_nice_json(rec) + "\n"
+    assert parse_record(record_text(rec)) == rec
+    assert parse_record(record_text(rec).encode()) == rec
+    assert parse_record(None) == {}
+    assert parse_record("not json") == {}
+    assert parse_record(json.dumps([1])) == {}

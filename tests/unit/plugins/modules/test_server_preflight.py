@@ -1,0 +1,198 @@
+# -*- coding: utf-8 -*-
+"""gpufleet.sglang.server_preflight driven through main() with a fake venv python.
+
+The fake answers the release query, prints a real --help fixture, and plays the release's
+argparse for ``-m sglang.launch_server <argv> --help`` (refusing a value when told to);
+every --help run is logged, so the tests count them.
+"""
+
+import json
+import os
+import shutil
+import socket
+import stat
+import sys
+
+import pytest
+
+from ansible.module_utils.testing import patch_module_args
+
+from ansible_collections.gpufleet.sglang.plugins.modules import server_preflight
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FIXTURES = os.path.join(HERE, "..", "..", "..", "fixtures")
+
+FAKE = r'''#!{python}
+import json, os, sys
+here = os.path.dirname(os.path.abspath(__file__))
+with open(os.path.join(here, "state.json")) as f:
+    state = json.load(f)
+args = sys.argv[1:]
+if args[:1] == ["-c"]:
+    print(json.dumps({{"version": state["version"], "dist_info": "sglang-x.dist-info",
+                      "record_sha256": "a" * 64, "python": "3.11.7"}}))
+    sys.exit(0)
+if args[:2] == ["-m", "sglang.launch_server"] and args[-1] == "--help":
+    with open(os.path.join(here, "help-calls.txt"), "a") as f:
+        f.write(json.dumps(args[2:-1]) + "\n")
+    bad = state.get("refuse")
+    if bad and bad in args:
+        sys.stderr.write("usage: launch_server.py [-h] ...\n")
+        sys.stderr.write("launch_server.py: error: argument %s: invalid int value: 'x'\n" % bad)
+        sys.exit(2)
+    with open(state["help_file"]) as f:
+        sys.stdout.write(f.read())
+    sys.exit(0)
+sys.exit(3)
+'''
+
+
+class Host:
+    def __init__(self, tmp_path, version="0.5.9"):
+        self.bin = tmp_path / "venv" / "bin"
+        self.bin.mkdir(parents=True)
+        self.python = self.bin / "python"
+        self.python.write_text(FAKE.format(python=sys.executable))
+        self.python.chmod(self.python.stat().st_mode | stat.S_IXUSR)
+        self.state = {"version": version,
+                      "help_file": os.path.join(FIXTURES, "sglang-help", "sglang-%s.txt" % version)}
+        self.save()
+        self.model = tmp_path / "model"
+        self.model.mkdir()
+        shutil.copy(os.path.join(FIXTURES, "models", "moonshotai__Kimi-K2.5", "config.json"),
+                    str(self.model / "config.json"))
+        self.cache = tmp_path / "cache"
+        self.record = tmp_path / "sglang.fact"
+
+    def save(self):
+        (self.bin / "state.json").write_text(json.dumps(self.state))
+
+    @property
+    def help_calls(self):
+        path = self.bin / "help-calls.txt"
+        return [json.loads(ln) for ln in path.read_text().splitlines()] if path.exists() else []
+
+    def args(self, strategy="ep8", port=None, extra=None, **plan):
+        layouts = {"ep8": dict(tp=8, pp=1, ep=8, dp=1), "pp8": dict(tp=1, pp=8, ep=1, dp=1),
+                   "tp8": dict(tp=8, pp=1, ep=1, dp=1)}
+        layout = dict(layouts[strategy], name=strategy)
+        settings = {"gpu_count": 8, "gpu_memory_mib": 97887, "nnodes": 1}
+        settings.update(plan)
+        return {"host": "gpu-1", "python": str(self.python), "model_path": str(self.model),
+                "layout": layout, "server_args": {"--model-path": str(self.model), "--port": 30000},
+                "extra_args": extra or {}, "plan": settings, "port": port or _free_port(),
+                "record_path": str(self.record), "cache_dir": str(self.cache)}
+
+
+def _free_port():
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    return port
+
+
+def run_module(args, capsys):
+    with patch_module_args(args):
+        with pytest.raises(SystemExit) as exc:
+            server_preflight.main()
+    result = json.loads(capsys.readouterr().out)
+    assert (exc.value.code != 0) == bool(result.get("failed"))
+    return result
+
+
+def test_first_run_asks_the_release_twice_a_rerun_never(tmp_path, capsys):
+    host = Host(tmp_path)
+    first = run_module(host.args(), capsys)
+    assert not first.get("failed"), first
+    assert first["version"] == "0.5.9" and first["port_owner"] == "free"
+    assert first["cached"] == {"help": False, "argparse": False}
+    assert "--ep-size" in first["argv"] and "8" in first["argv"]
+    assert first["plan"]["fits"] and first["plan"]["name"] == "ep8"
+    # the probe's --help, then the release's argparse over the exact argv
+    assert host.help_calls == [[], first["argv"]]
+    second = run_module(host.args(), capsys)
+    assert second["cached"] == {"help": True, "argparse": True}
+    assert second["argv"] == first["argv"]
+    assert len(host.help_calls) == 2, "a re-run must not run --help"
+
+
+def test_new_flags_are_checked_by_the_release_again(tmp_path, capsys):
+    host = Host(tmp_path)
+    run_module(host.args(), capsys)
+    result = run_module(host.args(extra={"--max-running-requests": 64}), capsys)
+    assert result["cached"] == {"help": True, "argparse": False}
+    assert len(host.help_calls) == 3
+
+
+def test_the_releases_argparse_refusal_is_shown_and_not_cached(tmp_path, capsys):
+    host = Host(tmp_path)
+    host.state["refuse"] = "--max-running-requests"
+    host.save()
+    args = host.args(extra={"--max-running-requests": 5})
+    result = run_module(args, capsys)
+    assert result["failed"]
+    assert result["msg"] == ("sglang 0.5.9 refuses the launch flags (server_extra_args or the server "
+                             "settings): launch_server.py: error: argument --max-running-requests: "
+                             "invalid int value: 'x'")
+    run_module(args, capsys)
+    assert len(host.help_calls) == 3, "a refusal is asked again, never cached"
+
+
+def test_unknown_flag_is_refused_naming_the_release(tmp_path, capsys):
+    host = Host(tmp_path)
+    result = run_module(host.args(extra={"--allowed-media-domains": "example.com"}), capsys)
+    assert result["failed"]
+    assert result["msg"].startswith("server_extra_args or the server settings are not valid for this release:")
+    assert "--allowed-media-domains does not exist in sglang 0.5.9" in result["msg"]
+
+
+def test_missing_interpreter(tmp_path, capsys):
+    host = Host(tmp_path)
+    args = host.args()
+    args["python"] = str(tmp_path / "nope" / "python")
+    result = run_module(args, capsys)
+    assert result["msg"] == "server_python %s: Python interpreter %s does not exist" % (
+        args["python"], args["python"])
+
+
+def test_model_directory_without_config(tmp_path, capsys):
+    host = Host(tmp_path)
+    os.unlink(str(host.model / "config.json"))
+    result = run_module(host.args(), capsys)
+    assert "the model directory %s has no config.json" % host.model in result["msg"]
+    assert host.help_calls == [], "nothing asked of the release before the model is there"
+
+
+def test_plan_uses_the_servers_own_fraction_and_refuses_a_misfit(tmp_path, capsys):
+    host = Host(tmp_path)
+    result = run_module(host.args(strategy="tp8", extra={"--mem-fraction-static": 0.05}), capsys)
+    assert result["failed"]
+    assert "strategy tp8 does not fit 8 x 97887 MiB" in result["msg"]
+    assert "mem_fraction_static 0.05 (server_extra_args --mem-fraction-static)" in result["msg"]
+    assert result["plan"]["mem_fraction_static"] == 0.05
+    assert host.help_calls == []
+
+
+def test_an_allowed_misfit_goes_on_with_a_warning(tmp_path, capsys):
+    host = Host(tmp_path)
+    result = run_module(host.args(strategy="tp8", extra={"--mem-fraction-static": 0.05},
+                                  allow_unfit=True), capsys)
+    assert not result.get("failed"), result
+    assert "does not fit (KV margin" in json.dumps(result.get("warnings", []))
+    assert "--mem-fraction-static" in result["argv"]
+
+
+def test_a_port_held_by_another_process_is_refused(tmp_path, capsys):
+    host = Host(tmp_path)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(1)
+    try:
+        port = sock.getsockname()[1]
+        result = run_module(host.args(port=port), capsys)
+    finally:
+        sock.close()
+    assert result["failed"]
+    assert result["msg"].startswith("server_port %d: port %d is already in use on gpu-1 by " % (port, port))
+    assert "(pid %d)" % os.getpid() in result["msg"]
