@@ -287,3 +287,40 @@ def parse_record(text):
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}
+
+
+NOLOGIN = "/usr/sbin/nologin"
+
+
+def account_settings(p):
+    """The server account as wanted: user, primary group, device groups, home, shell."""
+    return {"user": p["user"], "group": p["group"], "groups": list(p["device_groups"]),
+            "home": p["home"], "shell": NOLOGIN}
+
+
+def useradd_args(wanted):
+    """useradd arguments that create the system account (its home is the unit's to create)."""
+    args = ["--system", "--gid", wanted["group"], "--home-dir", wanted["home"], "--no-create-home",
+            "--shell", wanted["shell"]]
+    if wanted["groups"]:
+        args += ["--groups", ",".join(wanted["groups"])]
+    return args + [wanted["user"]]
+
+
+def usermod_args(wanted, current, group_gid, memberships):
+    """usermod arguments that fix what differs ([] when nothing does).
+
+    ``current`` holds the user's gid, home and shell; ``memberships`` maps each device group
+    to whether the user is a member already. Supplementary groups are only added.
+    """
+    args = []
+    if group_gid is not None and current["gid"] != group_gid:
+        args += ["--gid", wanted["group"]]
+    missing = [g for g in wanted["groups"] if not memberships.get(g)]
+    if missing:
+        args += ["--append", "--groups", ",".join(missing)]
+    if current["home"] != wanted["home"]:
+        args += ["--home", wanted["home"]]
+    if current["shell"] != wanted["shell"]:
+        args += ["--shell", wanted["shell"]]
+    return args + [wanted["user"]] if args else []

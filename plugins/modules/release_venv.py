@@ -80,6 +80,22 @@ options:
     description: Seconds each host command (venv creation, each pip run) may take; 0 for no bound.
     type: int
     default: 3600
+  system_packages:
+    description:
+      - Distribution packages the venv needs on the host (Debian names, e.g. C(python3-venv)).
+      - Checked with C(dpkg-query), never installed here. When one is missing, nothing is
+        installed and RV(missing_packages) names it; the role installs it and calls the
+        module again. Without C(dpkg-query) every one counts as missing.
+    type: list
+    elements: str
+    default: []
+  wheel_checksums:
+    description:
+      - SHA-1 of each wheel on the controller, by file name.
+      - A wheel of O(wheels) that is missing on the host or differs from it is named in
+        RV(missing_wheels) and nothing is installed; the role copies it and calls again.
+    type: dict
+    default: {}
 notes:
   - Packages removed from O(packages) are not uninstalled; use a new release directory or remove the venv.
   - At least one of O(packages) and O(wheels) must name something to install.
@@ -145,6 +161,16 @@ link:
   returned: always
   type: str
   sample: /opt/sglang/0.5.9
+missing_packages:
+  description: Packages of O(system_packages) that are not installed; nothing was installed when any is.
+  returned: always
+  type: list
+  elements: str
+missing_wheels:
+  description: Wheels of O(wheels) missing on the host or not matching O(wheel_checksums).
+  returned: always
+  type: list
+  elements: str
 """
 
 import hashlib
@@ -252,6 +278,52 @@ def _install(module, release, venv, python, params, wheel_paths):
                           stderr_tail=tail(result.stderr))
 
 
+def missing_system_packages(module, names):
+    """The Debian packages of ``names`` that dpkg does not list as installed.
+
+    Without dpkg-query (another family) every name counts as missing: the role's package
+    task, which knows the family, then decides.
+    """
+    if not names:
+        return []
+    dpkg_query = module.get_bin_path("dpkg-query")
+    if not dpkg_query:
+        return list(names)
+    result = _command.run(module, [dpkg_query, "-W", "-f", "${Package} ${db:Status-Abbrev}\\n"]
+                          + list(names), timeout=60)
+    return installed_filter(names, result.stdout)
+
+
+def installed_filter(names, dpkg_output):
+    """The names that ``dpkg-query -W -f '${Package} ${db:Status-Abbrev}'`` does not show as ii."""
+    installed = set()
+    for line in dpkg_output.splitlines():
+        fields = line.split()
+        if len(fields) >= 2 and fields[1].startswith("ii"):
+            installed.add(fields[0].split(":")[0])
+    return [n for n in names if n not in installed]
+
+
+def stale_wheels(paths, checksums):
+    """Host wheel paths that are missing or differ (sha1) from the controller's copy."""
+    stale = []
+    for path in paths:
+        want = checksums.get(os.path.basename(path))
+        if not os.path.isfile(path):
+            stale.append(path)
+        elif want and _sha1(path) != want:
+            stale.append(path)
+    return stale
+
+
+def _sha1(path):
+    digest = hashlib.sha1()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1024 * 1024), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -263,6 +335,8 @@ def main():
             python=dict(type="str", default="python3"),
             link_current=dict(type="bool", default=False),
             timeout=dict(type="int", default=3600),
+            system_packages=dict(type="list", elements="str", default=[]),
+            wheel_checksums=dict(type="dict", default={}),
         ),
         supports_check_mode=True,
     )
@@ -279,6 +353,16 @@ def main():
     venv = os.path.join(root, release)
     python = os.path.join(venv, "bin", "python")
     wheel_paths = [os.path.abspath(path) for path in params["wheels"]]
+
+    # What must be on the host before the venv can be built: reported, never installed here
+    # (the role installs the packages and copies the wheels, then calls the module again).
+    missing_packages = missing_system_packages(module, params["system_packages"])
+    missing_wheels = stale_wheels(wheel_paths, params["wheel_checksums"])
+    if missing_packages or missing_wheels:
+        module.exit_json(changed=False, python=python, venv=venv, installed=False,
+                         would_install=True, requirements=None, link=_current_target(
+                             os.path.join(root, "current")),
+                         missing_packages=missing_packages, missing_wheels=missing_wheels)
 
     wheels = []
     for path in wheel_paths:
@@ -307,7 +391,8 @@ def main():
 
     result = dict(changed=would_install or link_moves, python=python, venv=venv, installed=False,
                   would_install=would_install, requirements=wanted,
-                  link=venv if link_moves else link_before)
+                  link=venv if link_moves else link_before,
+                  missing_packages=[], missing_wheels=[])
     if module.check_mode:
         module.exit_json(**result)
 

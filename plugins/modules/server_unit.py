@@ -171,6 +171,14 @@ options:
     description: Start the unit when the files did not change and it is not active.
     type: bool
     default: true
+  manage_account:
+    description:
+      - Create the system group O(group), the O(device_groups) and the system user O(user)
+        (no login shell, home O(home), not created) when they are missing, and fix the
+        user's primary group, supplementary groups, home and shell when they differ.
+      - Read from the group and password databases; nothing runs when all is as wanted.
+    type: bool
+    default: true
 notes:
   - Only the unit and the environment file decide RV(restart). A record that differs
     (for example a changed O(port) alone) is rewritten, which reports C(changed) but no
@@ -221,6 +229,10 @@ started:
 restarted:
   description: Whether the module restarted the unit itself (only O(state=rolled_back) does).
   returned: always
+  type: bool
+account_changed:
+  description: Whether the account (group, device groups, user) was or would be created or fixed.
+  returned: when O(state=present)
   type: bool
 unit_path:
   description: Path of the installed unit.
@@ -283,8 +295,10 @@ enabled:
 """
 
 import datetime
+import grp
 import hashlib
 import os
+import pwd
 import shutil
 import tempfile
 
@@ -293,6 +307,7 @@ from ansible.module_utils.common.text.converters import to_bytes, to_text
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _command
 from ansible_collections.gpufleet.sglang.plugins.module_utils._server_unit import (
+    account_settings,
     decide,
     mask_env,
     parse_record,
@@ -300,6 +315,8 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils._server_unit impor
     record_text,
     render_env,
     render_unit,
+    useradd_args,
+    usermod_args,
 )
 
 # Owner and group of the configuration files and directories (a seam for the tests).
@@ -405,6 +422,61 @@ class ServerUnit(object):
                 os.unlink(tmp)
             raise
 
+    # ----------------------------------------------------------------- the account
+    def ensure_group(self, name):
+        """Create the system group ``name`` when it does not exist; return whether it changed."""
+        try:
+            grp.getgrnam(name)
+            return False
+        except KeyError:
+            pass
+        if not self.check:
+            groupadd = self.module.get_bin_path("groupadd", required=True)
+            self.command([groupadd, "--system", name], "groupadd %s" % name)
+        return True
+
+    def ensure_account(self):
+        """The server's system account: its group, the device groups, then the user.
+
+        Read from the group and password databases (no command runs on a no-op); only what
+        is missing or different is fixed, with groupadd/useradd/usermod.
+        """
+        p = self.p
+        changed = False
+        for name in [p["group"]] + list(p["device_groups"]):
+            changed |= self.ensure_group(name)
+        wanted = account_settings(p)
+        try:
+            entry = pwd.getpwnam(p["user"])
+        except KeyError:
+            entry = None
+        if entry is None:
+            if not self.check:
+                useradd = self.module.get_bin_path("useradd", required=True)
+                self.command([useradd] + useradd_args(wanted), "useradd %s" % p["user"])
+            return True
+        members = dict((g, p["user"] in self._members(g)) for g in p["device_groups"])
+        current = {"gid": entry.pw_gid, "home": entry.pw_dir, "shell": entry.pw_shell}
+        args = usermod_args(wanted, current, self._gid(p["group"]), members)
+        if args:
+            if not self.check:
+                usermod = self.module.get_bin_path("usermod", required=True)
+                self.command([usermod] + args, "usermod %s" % p["user"])
+            changed = True
+        return changed
+
+    def _members(self, group):
+        try:
+            return grp.getgrnam(group).gr_mem
+        except KeyError:
+            return []
+
+    def _gid(self, group):
+        try:
+            return grp.getgrnam(group).gr_gid
+        except KeyError:
+            return None
+
     # ----------------------------------------------------------------- state=present
     def verify(self, unit_text):
         """``systemd-analyze verify`` of the new unit; fail with its output when it refuses it."""
@@ -451,9 +523,14 @@ class ServerUnit(object):
         plan = decide(installed_unit, installed_env, unit_text, env_text)
         restart = plan["restart"]
 
-        # directories (check mode: predicted only)
+        # the account, then the directories (check mode: predicted only)
+        account_changed = self.ensure_account() if p["manage_account"] else False
+        self.changed |= account_changed
         dirs_changed = False
-        dirs_changed |= self.ensure_dir(p["home"], p["user"], p["group"], "0750")
+        if not (self.check and account_changed):
+            dirs_changed |= self.ensure_dir(p["home"], p["user"], p["group"], "0750")
+        else:
+            dirs_changed = True  # the account does not exist yet in check mode
         for path in (p["config_dir"], self.staging_dir, self.last_good_dir):
             dirs_changed |= self.ensure_dir(path, ROOT_OWNER, ROOT_GROUP, "0700")
         dirs_changed |= self.ensure_dir(os.path.dirname(self.record_path) or ".", ROOT_OWNER,
@@ -510,6 +587,7 @@ class ServerUnit(object):
             restart=restart,
             started=started,
             restarted=False,
+            account_changed=account_changed,
             unit_path=self.unit_path,
             env_path=self.env_path,
             unit_sha1=unit_sha1,
@@ -613,6 +691,7 @@ def main():
             record_path=dict(type="path", default="/etc/ansible/facts.d/sglang.fact"),
             verify=dict(type="bool", default=True),
             start=dict(type="bool", default=True),
+            manage_account=dict(type="bool", default=True),
         ),
         required_if=[("state", "present", ("python", "argv", "layout", "release"))],
         supports_check_mode=True,

@@ -339,3 +339,32 @@ def test_record_text_is_to_nice_json():
     assert parse_record(None) == {}
     assert parse_record("not json") == {}
     assert parse_record(json.dumps([1])) == {}
+
+
+# --- the account ----------------------------------------------------------------------------
+from ansible_collections.gpufleet.sglang.plugins.module_utils._server_unit import (  # noqa: E402
+    account_settings,
+    useradd_args,
+    usermod_args,
+)
+
+WANTED = account_settings({"user": "sglang", "group": "sglang", "device_groups": ["video", "render"],
+                           "home": "/var/lib/sglang"})
+
+
+def test_useradd_creates_a_system_account_without_login_or_home():
+    assert useradd_args(WANTED) == ["--system", "--gid", "sglang", "--home-dir", "/var/lib/sglang",
+                                    "--no-create-home", "--shell", "/usr/sbin/nologin",
+                                    "--groups", "video,render", "sglang"]
+
+
+def test_usermod_changes_nothing_when_all_is_as_wanted():
+    current = {"gid": 997, "home": "/var/lib/sglang", "shell": "/usr/sbin/nologin"}
+    assert usermod_args(WANTED, current, 997, {"video": True, "render": True}) == []
+
+
+def test_usermod_fixes_only_what_differs():
+    current = {"gid": 100, "home": "/home/sglang", "shell": "/bin/bash"}
+    assert usermod_args(WANTED, current, 997, {"video": True, "render": False}) == [
+        "--gid", "sglang", "--append", "--groups", "render", "--home", "/var/lib/sglang",
+        "--shell", "/usr/sbin/nologin", "sglang"]

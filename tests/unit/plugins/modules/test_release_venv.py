@@ -231,11 +231,41 @@ def test_wheels_only(host, run_module):
     assert host.calls[1]["args"][-1] == wheel
 
 
-def test_missing_wheel_fails_before_anything_runs(host, commands, run_module):
-    result, failed = run_module(release_venv, host.args(wheels=[str(host.tmp / "nope.whl")]))
-    assert failed
-    assert "does not exist on the host" in result["msg"]
+def test_missing_wheel_is_reported_before_anything_runs(host, commands, run_module):
+    missing = str(host.tmp / "nope.whl")
+    result, failed = run_module(release_venv, host.args(wheels=[missing]))
+    assert not failed, result
+    assert result["missing_wheels"] == [missing]
+    assert result["changed"] is False and result["installed"] is False
     assert commands == []
+    assert not host.venv().exists()
+
+
+def test_a_wheel_that_differs_from_the_controllers_is_reported(host, commands, run_module):
+    wheel = host.wheel()
+    result, failed = run_module(release_venv, host.args(wheels=[wheel], wheel_checksums={
+        os.path.basename(wheel): "0" * 40}))
+    assert not failed and result["missing_wheels"] == [wheel]
+    assert commands == []
+    import hashlib
+    good = hashlib.sha1(open(wheel, "rb").read()).hexdigest()
+    result, failed = run_module(release_venv, host.args(wheels=[wheel], wheel_checksums={
+        os.path.basename(wheel): good}))
+    assert not failed and result["missing_wheels"] == [] and result["installed"] is True
+
+
+def test_a_missing_system_package_is_reported_and_nothing_installed(host, run_module):
+    result, failed = run_module(release_venv, host.args(
+        system_packages=["gpufleet-surely-not-a-package"]))
+    assert not failed, result
+    assert result["missing_packages"] == ["gpufleet-surely-not-a-package"]
+    assert result["installed"] is False and not host.venv().exists()
+
+
+def test_dpkg_status_is_read_per_package():
+    out = "python3-venv ii \npython3-requests un \nlibfoo:amd64 ii \n"
+    assert release_venv.installed_filter(["python3-venv", "python3-requests", "libfoo", "curl"], out) == [
+        "python3-requests", "curl"]
 
 
 def test_failed_pip_leaves_no_record_and_reports(host, run_module):
@@ -307,11 +337,14 @@ def test_check_mode_writes_nothing(host, commands, run_module):
     result, failed = run_module(release_venv, host.args(wheels=[wheel, str(host.tmp / "not-yet.whl")],
                                                         link_current=True, _ansible_check_mode=True))
     assert not failed, result
-    assert result["changed"] is True
     assert result["would_install"] is True
     assert result["installed"] is False
+    assert result["missing_wheels"] == [str(host.tmp / "not-yet.whl")]
+    result, failed = run_module(release_venv, host.args(wheels=[wheel], link_current=True,
+                                                        _ansible_check_mode=True))
+    assert not failed, result
+    assert result["changed"] is True and result["would_install"] is True
     assert result["link"] == str(host.venv())
-    assert "not-yet.whl sha256 unknown" in result["requirements"]
     assert commands == []
     assert host.calls == []
     assert host.tree() == before
@@ -409,6 +442,8 @@ def test_docs_match_argument_spec():
     for name, option in doc["options"].items():
         assert "%s=dict(type=\"%s\"" % (name, option["type"]) in source, name
     assert set(doc["options"]) == {"root", "release", "packages", "wheels", "pip_extra_args",
-                                   "python", "link_current", "timeout"}
+                                   "python", "link_current", "timeout", "system_packages",
+                                   "wheel_checksums"}
     ret = yaml.safe_load(release_venv.RETURN)
-    assert set(ret) == {"python", "venv", "installed", "would_install", "requirements", "link"}
+    assert set(ret) == {"python", "venv", "installed", "would_install", "requirements", "link",
+                        "missing_packages", "missing_wheels"}

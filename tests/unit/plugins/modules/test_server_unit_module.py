@@ -91,6 +91,7 @@ class Host(object):
             layout={"tp": 8, "pp": 1, "ep": 1, "dp": 1, "name": "tp8"},
             release="0.5.9",
             port=30000,
+            manage_account=False,
         )
         args.update(over)
         return args
@@ -384,3 +385,34 @@ def test_bad_input(run_module, host, over, msg):
     args = {k: v for k, v in args.items() if v is not None}
     result, failed = run_module(server_unit, args)
     assert failed and msg in result["msg"]
+
+
+ACCOUNT_TOOL = """#!/bin/sh
+echo "$(basename "$0") $*" >> "$FAKE_STATE/calls"
+exit 0
+"""
+
+
+def test_a_missing_account_is_created_and_an_existing_one_left_alone(host, run_module):
+    for name in ("groupadd", "useradd", "usermod"):
+        path = host.bin / name
+        path.write_text(ACCOUNT_TOOL)
+        path.chmod(0o755)
+    # a user and groups this machine does not have: created with the system tools
+    result, failed = run_module(server_unit, host.args(manage_account=True, user="gpufleet-no-such-user",
+                                          group="gpufleet-no-such-group",
+                                          device_groups=["gpufleet-no-such-video"],
+                                          _ansible_check_mode=True))
+    assert not failed, result
+    assert result["account_changed"] is True
+    assert not [c for c in host.calls() if c.split()[0] in ("groupadd", "useradd", "usermod")], \
+        "check mode runs no account tool"
+    # the current user, its own group and no device group: nothing to do, no tool runs
+    result, failed = run_module(server_unit, host.args(manage_account=True, device_groups=[],
+                                          home=pwd.getpwuid(os.geteuid()).pw_dir))
+    assert not failed, result
+    account_calls = [c for c in host.calls() if c.split()[0] in ("groupadd", "useradd", "usermod")]
+    if pwd.getpwuid(os.geteuid()).pw_shell == "/usr/sbin/nologin":
+        assert account_calls == [] and result["account_changed"] is False
+    else:
+        assert account_calls == ["usermod --shell /usr/sbin/nologin %s" % host.user]
