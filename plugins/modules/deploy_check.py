@@ -19,8 +19,8 @@ description:
     multi-node server (O(nnodes) > 1), works out the hosts that form it, this host's node
     rank and rank 0's rendezvous address (C(--dist-init-addr)).
   - Runs on the controller only; it never connects to the host.
-  - Pass every input as V(null) when it is not set (C(| default(none))): a missing input is
-    then reported by name instead of as a templating error.
+  - "Pass every input as V(null) when it is not set (C(| default(none))): a missing input is
+    then reported by name instead of as a templating error."
 extends_documentation_fragment:
   - gpufleet.sglang._attributes
   - gpufleet.sglang._attributes.info_module

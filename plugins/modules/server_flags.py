@@ -167,107 +167,20 @@ translations:
   elements: str
 """
 
-import hashlib
-import json
-import os
-import tempfile
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.sglang.plugins.module_utils._command import fail, run
-from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_help import (
-    PARSER_VERSION,
-    HelpParseError,
-    parse_help,
-)
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _sglang_probe as probe
+from ansible_collections.gpufleet.sglang.plugins.module_utils._command import failure_payload
 from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_argv import (
     ArgvError,
     missing,
     render_argv,
 )
 
-# One small query: release, dist-info name, sha256 of RECORD, Python version.
-_PROBE_CODE = (
-    "import hashlib, json, sys\n"
-    "from importlib import metadata\n"
-    "d = metadata.distribution('sglang')\n"
-    "p = getattr(d, '_path', None)\n"
-    "r = d.read_text('RECORD') or ''\n"
-    "print(json.dumps({'version': d.version,"
-    " 'dist_info': getattr(p, 'name', None),"
-    " 'record_sha256': hashlib.sha256(r.encode('utf-8')).hexdigest(),"
-    " 'python': '%d.%d.%d' % sys.version_info[:3]}))\n"
-)
 
-
-def _probe_release(module, python, env, timeout):
-    result = run(module, [python, "-c", _PROBE_CODE], timeout=timeout, env=env)
-    if not result.ok:
-        fail(module, "could not read the installed SGLang release with %s (rc=%s)" % (python, result.rc),
-             result)
-    try:
-        info = json.loads(result.stdout.strip().splitlines()[-1])
-        version = str(info["version"])
-    except (ValueError, KeyError, IndexError, TypeError) as exc:
-        fail(module, "unexpected output of the SGLang release query: %s" % exc, result)
-    seed = "|".join(str(info.get(k)) for k in ("version", "dist_info", "record_sha256", "python"))
-    info["fingerprint"] = hashlib.sha256(seed.encode("utf-8")).hexdigest()
-    return info
-
-
-def _cache_path(cache_dir, version, fingerprint, columns):
-    safe_version = "".join(c if c.isalnum() or c in ".-+_" else "_" for c in version)
-    return os.path.join(cache_dir, "sglang-help-%s-%s-c%d.json" % (safe_version, fingerprint[:16], columns))
-
-
-def _read_cache(path, info, columns):
-    try:
-        with open(path, "r") as handle:
-            data = json.load(handle)
-    except (IOError, OSError, ValueError):
-        return None
-    if not isinstance(data, dict):
-        return None
-    if (data.get("fingerprint") != info["fingerprint"] or data.get("version") != info["version"]
-            or data.get("columns") != columns or data.get("parser_version") != PARSER_VERSION
-            or not isinstance(data.get("flags"), dict)):
-        return None
-    return data
-
-
-def _write_cache(module, path, data):
-    directory = os.path.dirname(path)
-    try:
-        if not os.path.isdir(directory):
-            os.makedirs(directory, 0o755)
-        fd, tmp = tempfile.mkstemp(prefix=".sglang-help-", suffix=".tmp", dir=directory)
-        try:
-            with os.fdopen(fd, "w") as handle:
-                json.dump(data, handle, sort_keys=True)
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, path)
-        except Exception:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
-    except (IOError, OSError) as exc:
-        module.warn("could not write the SGLang flags cache %s: %s" % (path, exc))
-        return False
-    return True
-
-
-def _run_help(module, python, env, timeout, version):
-    result = run(module, [python, "-m", "sglang.launch_server", "--help"], timeout=timeout, env=env)
-    if not result.ok:
-        if result.timed_out:
-            msg = "sglang %s: '--help' timed out after %ss" % (version, timeout)
-        else:
-            msg = "sglang %s: '%s -m sglang.launch_server --help' failed (rc=%s)" % (version, python, result.rc)
-        fail(module, msg, result)
-    try:
-        parsed = parse_help(result.stdout)
-    except HelpParseError as exc:
-        fail(module, "sglang %s: could not parse the '--help' output: %s" % (version, exc), result)
-    return parsed, result.elapsed
+def _fail_probe(module, exc, **extra):
+    if exc.result is not None:
+        module.fail_json(**failure_payload(str(exc), exc.result, **extra))
+    module.fail_json(msg=str(exc), **extra)
 
 
 def main():
@@ -288,46 +201,23 @@ def main():
     )
     params = module.params
     python = params["python"]
-    if not os.path.exists(python):
-        module.fail_json(msg="Python interpreter %s does not exist" % python)
-    if not os.access(python, os.X_OK):
-        module.fail_json(msg="Python interpreter %s is not executable" % python)
     if params["columns"] < 40:
         module.fail_json(msg="columns must be at least 40, got %d" % params["columns"])
-
-    env = {
-        "COLUMNS": str(params["columns"]),
-        "PYTHONHASHSEED": "0",
-        "NO_COLOR": "1",
-        "PYTHON_COLORS": "0",
-    }
-    info = _probe_release(module, python, env, params["timeout"])
+    try:
+        probe.check_interpreter(python)
+        info = probe.query_release(module, python, params["columns"], params["timeout"])
+    except probe.ProbeError as exc:
+        _fail_probe(module, exc)
     version = info["version"]
     result = dict(changed=False, version=version, fingerprint=info["fingerprint"], cached=False)
-
-    data = None
-    path = None
+    try:
+        data, cached, path = probe.flags(module, python, info, params["cache_dir"], params["columns"],
+                                         params["timeout"], use_cache=params["cache"])
+    except probe.ProbeError as exc:
+        _fail_probe(module, exc, **result)
+    result["cached"] = cached
     if params["cache"]:
-        path = _cache_path(params["cache_dir"], version, info["fingerprint"], params["columns"])
         result["cache_file"] = path
-        data = _read_cache(path, info, params["columns"])
-    if data is not None:
-        result["cached"] = True
-    else:
-        parsed, elapsed = _run_help(module, python, env, params["timeout"], version)
-        data = {
-            "version": version,
-            "fingerprint": info["fingerprint"],
-            "dist_info": info.get("dist_info"),
-            "python_version": info.get("python"),
-            "columns": params["columns"],
-            "parser_version": PARSER_VERSION,
-            "prog": parsed["prog"],
-            "flags": parsed["flags"],
-            "help_seconds": round(elapsed, 3),
-        }
-        if params["cache"] and not module.check_mode:
-            _write_cache(module, path, data)
 
     flags = data["flags"]
     result["prog"] = data.get("prog")

@@ -151,7 +151,7 @@ def _setup_http_server():
     podman_exec("sh", "-c", "echo $$ > %s; exec python3 -m http.server 31555" % HTTP_SERVER_PIDFILE,
                 detach=True)
     for _attempt in range(50):
-        if podman_exec("sh", "-c", "ss -Htln 'sport = :31555' | grep -q LISTEN",
+        if podman_exec("python3", "-c", "import socket; socket.create_connection(('127.0.0.1', 31555), 1)",
                        check=False).returncode == 0:
             return
         time.sleep(0.2)

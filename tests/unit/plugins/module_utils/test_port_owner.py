@@ -7,14 +7,16 @@ import pytest
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _port_owner as po
 
-HEADER = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+HEADER = ("  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  "
+          "timeout inode\n")
 # 0x7530 = 30000 listening (0A) with inode 111; 0x7A69 = 31337 established (01)
 TCP = HEADER + (
     "   0: 00000000:7530 00000000:0000 0A 00000000:00000000 00:00000000 00000000   999        0 111 1 0 100 0 0 10 0\n"
     "   1: 0100007F:7A69 0100007F:D431 01 00000000:00000000 00:00000000 00000000     0        0 222 1 0 20 4 30 10 -1\n"
 )
 TCP6 = HEADER + (
-    "   0: 00000000000000000000000000000000:7B0C 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 333 1 0 100 0 0 10 0\n"
+    "   0: 00000000000000000000000000000000:7B0C 00000000000000000000000000000000:0000 0A "
+    "00000000:00000000 00:00000000 00000000     0        0 333 1 0 100 0 0 10 0\n"
 )
 
 

@@ -399,17 +399,16 @@ def test_a_missing_account_is_created_and_an_existing_one_left_alone(host, run_m
         path.write_text(ACCOUNT_TOOL)
         path.chmod(0o755)
     # a user and groups this machine does not have: created with the system tools
-    result, failed = run_module(server_unit, host.args(manage_account=True, user="gpufleet-no-such-user",
-                                          group="gpufleet-no-such-group",
-                                          device_groups=["gpufleet-no-such-video"],
-                                          _ansible_check_mode=True))
+    result, failed = run_module(server_unit, host.args(
+        manage_account=True, user="gpufleet-no-such-user", group="gpufleet-no-such-group",
+        device_groups=["gpufleet-no-such-video"], _ansible_check_mode=True))
     assert not failed, result
     assert result["account_changed"] is True
     assert not [c for c in host.calls() if c.split()[0] in ("groupadd", "useradd", "usermod")], \
         "check mode runs no account tool"
     # the current user, its own group and no device group: nothing to do, no tool runs
-    result, failed = run_module(server_unit, host.args(manage_account=True, device_groups=[],
-                                          home=pwd.getpwuid(os.geteuid()).pw_dir))
+    result, failed = run_module(server_unit, host.args(
+        manage_account=True, device_groups=[], home=pwd.getpwuid(os.geteuid()).pw_dir))
     assert not failed, result
     account_calls = [c for c in host.calls() if c.split()[0] in ("groupadd", "useradd", "usermod")]
     if pwd.getpwuid(os.geteuid()).pw_shell == "/usr/sbin/nologin":
