@@ -178,7 +178,6 @@ table:
   elements: str
 """
 
-import os
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -233,8 +232,6 @@ def main():
     if not params["strategies"]:
         module.fail_json(msg="strategies must list at least one strategy")
     path = params["model_path"]
-    if not os.path.isfile(os.path.join(path, "config.json")):
-        module.fail_json(msg="model directory %s has no config.json; cannot plan" % path)
     try:
         entries = _strategy_entries(params["strategies"])
     except StrategyError as exc:

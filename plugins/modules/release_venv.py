@@ -166,6 +166,12 @@ missing_packages:
   returned: always
   type: list
   elements: str
+package_manager:
+  description:
+    - C(apt) when the host has dpkg and apt-get (the tested family), else null.
+    - Only set when RV(missing_packages) or RV(missing_wheels) is not empty.
+  returned: always
+  type: str
 missing_wheels:
   description: Wheels of O(wheels) missing on the host or not matching O(wheel_checksums).
   returned: always
@@ -294,6 +300,13 @@ def missing_system_packages(module, names):
     return installed_filter(names, result.stdout)
 
 
+def package_manager(module):
+    """C(apt) where dpkg and apt-get are there (the tested family), else None."""
+    if module.get_bin_path("dpkg-query") and module.get_bin_path("apt-get"):
+        return "apt"
+    return None
+
+
 def installed_filter(names, dpkg_output):
     """The names that ``dpkg-query -W -f '${Package} ${db:Status-Abbrev}'`` does not show as ii."""
     installed = set()
@@ -362,7 +375,8 @@ def main():
         module.exit_json(changed=False, python=python, venv=venv, installed=False,
                          would_install=True, requirements=None, link=_current_target(
                              os.path.join(root, "current")),
-                         missing_packages=missing_packages, missing_wheels=missing_wheels)
+                         missing_packages=missing_packages, missing_wheels=missing_wheels,
+                         package_manager=package_manager(module))
 
     wheels = []
     for path in wheel_paths:
@@ -392,7 +406,7 @@ def main():
     result = dict(changed=would_install or link_moves, python=python, venv=venv, installed=False,
                   would_install=would_install, requirements=wanted,
                   link=venv if link_moves else link_before,
-                  missing_packages=[], missing_wheels=[])
+                  missing_packages=[], missing_wheels=[], package_manager=None)
     if module.check_mode:
         module.exit_json(**result)
 

@@ -91,9 +91,18 @@ options:
     description: Seconds one release command may take.
     type: int
     default: 120
+  doctor:
+    description:
+      - Run the prerequisite doctor first (see M(gpufleet.sglang.gpu_prereqs)) with these
+        options (C(python), C(cuda_home), C(nvidia_smi), C(strategy), C(extra_args),
+        C(waive), C(compile_test), C(cache_dir)), and refuse when a check that is not
+        waived fails, listing each with its remedy, then the table of all checks.
+      - Omit to skip the doctor.
+    type: dict
 seealso:
   - module: gpufleet.sglang.server_flags
   - module: gpufleet.sglang.capacity_plan
+  - module: gpufleet.sglang.gpu_prereqs
   - module: gpufleet.sglang.server_unit
 """
 
@@ -146,6 +155,10 @@ cached:
   description: Which verdicts came from the host's cache (C(help), C(argparse)).
   returned: success
   type: dict
+doctor:
+  description: The doctor's C(ok), C(failed_checks), C(failures) and C(table) (when O(doctor) is given).
+  returned: when O(doctor) is given
+  type: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -153,6 +166,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _port_owner
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _sglang_probe as probe
 from ansible_collections.gpufleet.sglang.plugins.module_utils._command import failure_payload, run
+from ansible_collections.gpufleet.sglang.plugins.module_utils._gpu_doctor import doctor, refusal
 from ansible_collections.gpufleet.sglang.plugins.module_utils._preflight import (
     PreflightError,
     check_model_dir,
@@ -190,6 +204,23 @@ def check_port(module, params):
     if verdict["owner"] == "other":
         raise PreflightError(_port_owner.message(verdict, params["host"], params["service_name"]))
     return verdict["owner"]
+
+
+def check_host(module, params, result):
+    """The prerequisite doctor; refuse with every failed check and the table."""
+    options = dict(params["doctor"])
+    unknown = sorted(set(options) - set(("python", "cuda_home", "nvidia_smi", "strategy", "extra_args",
+                                           "waive", "compile_test", "cache_dir")))
+    if unknown:
+        module.fail_json(msg="doctor: unknown options %s" % ", ".join(unknown))
+    for key in ("python", "cuda_home", "nvidia_smi"):
+        options[key] = options.get(key) or None
+    options["compile_test"] = module.boolean(options.get("compile_test", True))
+    options.setdefault("cache_dir", params["cache_dir"])
+    verdict = doctor(module, **options)
+    result["doctor"] = dict((k, verdict[k]) for k in ("ok", "failed_checks", "failures", "table"))
+    if not verdict["ok"]:
+        module.fail_json(msg=refusal(verdict, params["host"]), **result)
 
 
 def probe_release(module, params, result):
@@ -253,11 +284,14 @@ def main():
             cache_dir=dict(type="path", default="/var/cache/gpufleet-sglang"),
             columns=dict(type="int", default=200),
             timeout=dict(type="int", default=120),
+            doctor=dict(type="dict"),
         ),
         supports_check_mode=True,
     )
     params = module.params
     result = dict(changed=False)
+    if params["doctor"] is not None:
+        check_host(module, params, result)
     try:
         check_model_dir(params["model_path"], params["host"])
         plan, model_warnings = plan_memory(params["model_path"], params["layout"], params["plan"],

@@ -446,4 +446,4 @@ def test_docs_match_argument_spec():
                                    "wheel_checksums"}
     ret = yaml.safe_load(release_venv.RETURN)
     assert set(ret) == {"python", "venv", "installed", "would_install", "requirements", "link",
-                        "missing_packages", "missing_wheels"}
+                        "missing_packages", "missing_wheels", "package_manager"}

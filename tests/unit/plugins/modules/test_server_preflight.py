@@ -198,3 +198,33 @@ def test_a_port_held_by_another_process_is_refused(tmp_path, capsys):
     assert result["failed"]
     assert result["msg"].startswith("server_port %d: port %d is already in use on gpu-1 by " % (port, port))
     assert "(pid %d)" % os.getpid() in result["msg"]
+
+
+def test_the_doctor_runs_first_and_refuses_with_every_failed_check(tmp_path, capsys):
+    host = Host(tmp_path)
+    args = host.args()
+    args["doctor"] = {"python": str(host.python), "nvidia_smi": str(tmp_path / "no-nvidia-smi"),
+                      "waive": ["cuda_toolkit", "cuda_headers"], "compile_test": False}
+    result = run_module(args, capsys)
+    assert result["failed"]
+    assert result["msg"].startswith("Prerequisite checks failed on gpu-1:\nnvidia_smi: ")
+    assert "remedy:" in result["msg"]
+    assert result["doctor"]["ok"] is False and "nvidia_smi" in result["doctor"]["failed_checks"]
+    assert host.help_calls == [], "nothing asked of the release when the host is not fit"
+
+
+def test_the_doctor_passes_on_a_replayed_rtx_pro_6000_box(tmp_path, capsys):
+    host = Host(tmp_path)
+    smi = os.path.join(HERE, "..", "..", "..", "fakes", "nvidia-smi")
+    sets = os.path.join(HERE, "..", "..", "..", "fakes", "nvidia-smi-sets", "rtx-pro-6000-server-x8")
+    args = host.args()
+    args["doctor"] = {"python": None, "nvidia_smi": smi,
+                      "waive": ["cuda_toolkit", "cuda_headers", "compile_test", "driver_toolkit",
+                                "toolkit_arch"], "compile_test": False}
+    os.environ["FAKE_NVIDIA_SMI_DIR"] = sets
+    try:
+        result = run_module(args, capsys)
+    finally:
+        os.environ.pop("FAKE_NVIDIA_SMI_DIR", None)
+    assert not result.get("failed"), result.get("msg")
+    assert result["doctor"]["ok"] is True
