@@ -12,6 +12,7 @@ from ansible.plugins.action import ActionBase
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _inputs
 from ansible_collections.gpufleet.sglang.plugins.module_utils._topology import (
     TopologyError,
+    check_one_batch,
     plan as topology_plan,
 )
 
@@ -96,5 +97,8 @@ class ActionModule(ActionBase):
         settings = {}
         for member in members:
             settings[member] = dict((n, var(member, n)) for n in _SHARED)
-        return topology_plan(host, nnodes, group, groups, declared, addresses,
-                             int(args.get("dist_init_port") or 50000), settings)
+        topology = topology_plan(host, nnodes, group, groups, declared, addresses,
+                                 int(args.get("dist_init_port") or 50000), settings)
+        rollout_hosts = args.get("rollout_hosts") or task_vars.get("ansible_play_hosts_all") or []
+        check_one_batch(topology["members"], list(rollout_hosts), args.get("rollout_batch"))
+        return topology

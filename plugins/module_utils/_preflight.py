@@ -55,9 +55,32 @@ def planned_fraction(planner_fraction, extra_args):
     return None, "SGLang's default"
 
 
+def _is_count(value):
+    return not isinstance(value, bool) and str(value).strip().isdigit()
+
+
+def server_setting(extra_args, names, planner_value):
+    """A launch flag's value from ``server_extra_args`` when given there, else the planner's."""
+    for key, value in sorted((extra_args or {}).items(), key=lambda kv: str(kv[0])):
+        if isinstance(key, str) and key.lstrip("-").replace("_", "-") in names and value not in (None, ""):
+            return value
+    return planner_value
+
+
 def plan(model_path, layout, settings, extra_args):
-    """Plan the layout's GPU memory on this host; the plan dict (with ``fraction_from``)."""
+    """Plan the layout's GPU memory on this host; the plan dict (with ``fraction_from``).
+
+    What the server gets wins: ``--mem-fraction-static``, ``--context-length`` (the pool
+    must hold one request of that length) and ``--kv-cache-dtype`` from ``server_extra_args``
+    are planned with when they are set there.
+    """
     fraction, source = planned_fraction(settings.get("mem_fraction_static"), extra_args)
+    settings = dict(settings)
+    # a malformed value is left to the release's flag check, which names it
+    context = server_setting(extra_args, ("context-length",), settings.get("context_length") or 0)
+    settings["context_length"] = int(context) if _is_count(context) else int(settings.get("context_length") or 0)
+    kv_dtype = server_setting(extra_args, ("kv-cache-dtype",), settings.get("kv_dtype"))
+    settings["kv_dtype"] = kv_dtype if isinstance(kv_dtype, str) else settings.get("kv_dtype")
     try:
         spec = load_model(model_path)
         plans = plan_model(

@@ -113,3 +113,42 @@ def _quote(value):
 def _json(value):
     import json
     return json.dumps(value, sort_keys=True, default=str)
+
+
+def _batch_size(value, total):
+    """One ``serial`` value as a host count, as ansible-core counts it (a percentage is
+    rounded down, at least 1)."""
+    text = str(value).strip()
+    if text.endswith("%"):
+        return max(1, int(int(text[:-1]) / 100.0 * total))
+    return max(1, int(text))
+
+
+def batches(hosts, serial):
+    """The rollout batches ``serial`` (a value or a list; the last one repeats) makes of ``hosts``."""
+    sizes = list(serial) if isinstance(serial, (list, tuple)) else [serial]
+    result, start, i = [], 0, 0
+    while start < len(hosts):
+        size = _batch_size(sizes[min(i, len(sizes) - 1)], len(hosts))
+        result.append(list(hosts[start:start + size]))
+        start += size
+        i += 1
+    return result
+
+
+def check_one_batch(members, hosts, serial):
+    """Refuse a multi-node server whose hosts would restart in different rollout batches."""
+    if serial is None or len(members) < 2:
+        return
+    where = {}
+    for number, batch in enumerate(batches(hosts, serial), 1):
+        for host in batch:
+            where[host] = number
+    found = sorted(set(where.get(m) for m in members if m in where))
+    if len(found) > 1:
+        raise TopologyError(
+            "the hosts of one multi-node server (%s) would restart in different rollout batches "
+            "(%s) with sglang_rollout_batch=%s; they restart and roll back together: choose a "
+            "batch size that keeps them in one batch"
+            % (", ".join(members), ", ".join("%s in batch %s" % (m, where.get(m)) for m in members),
+               _json(serial)))

@@ -51,8 +51,15 @@ options:
     type: int
     default: 50000
   rollout_batch:
-    description: Hosts per rollout batch (C(sglang_rollout_batch)).
+    description:
+      - Hosts per rollout batch (C(sglang_rollout_batch)).
+      - The hosts of one multi-node server must fall into one batch; a batch size that
+        splits them is refused.
     type: raw
+  rollout_hosts:
+    description: The hosts in rollout order; defaults to the play's hosts.
+    type: list
+    elements: str
   venv_release:
     description: The release the venv holds (C(venv_release)).
     type: raw

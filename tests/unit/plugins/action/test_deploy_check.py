@@ -104,3 +104,13 @@ def test_a_group_without_rank_0_is_refused(run):
                              sglang_node_rank=1))
     assert proc.returncode != 0
     assert "no host has rank 0" in results["h1"]["msg"]
+
+
+def test_a_server_whose_hosts_would_restart_in_different_batches_is_refused(run):
+    proc, results = run(dict(GOOD, strategy="tp16", sglang_nnodes=2, sglang_server_group="pair",
+                             sglang_rollout_batch=1))
+    assert proc.returncode != 0
+    assert "would restart in different rollout batches" in results["h1"]["msg"]
+    proc, results = run(dict(GOOD, strategy="tp16", sglang_nnodes=2, sglang_server_group="pair",
+                             sglang_rollout_batch=2))
+    assert proc.returncode == 0, proc.stdout[-2000:]

@@ -68,3 +68,30 @@ def test_every_rank_runs_the_same_server():
 def test_ipv6_rendezvous_is_bracketed():
     assert dist_init_addr("fd00::1", 50000) == "[fd00::1]:50000"
     assert dist_init_addr("node-1", "50001") == "node-1:50001"
+
+
+from ansible_collections.gpufleet.sglang.plugins.module_utils._topology import (  # noqa: E402
+    batches,
+    check_one_batch,
+)
+
+
+@pytest.mark.parametrize("serial, expect", [
+    (1, [["a"], ["b"], ["c"], ["d"]]),
+    ("50%", [["a", "b"], ["c", "d"]]),
+    ("30%", [["a"], ["b"], ["c"], ["d"]]),
+    ([1, 2], [["a"], ["b", "c"], ["d"]]),
+    ("100%", [["a", "b", "c", "d"]]),
+])
+def test_batches_follow_ansible_cores_serial(serial, expect):
+    assert batches(["a", "b", "c", "d"], serial) == expect
+
+
+def test_a_server_split_across_batches_is_refused():
+    check_one_batch(["a", "b"], ["a", "b", "c", "d"], "50%")
+    check_one_batch(["c", "d"], ["a", "b", "c", "d"], [2])
+    with pytest.raises(TopologyError) as err:
+        check_one_batch(["b", "c"], ["a", "b", "c", "d"], "50%")
+    assert "b in batch 1, c in batch 2" in str(err.value)
+    with pytest.raises(TopologyError):
+        check_one_batch(["a", "b"], ["a", "b", "c", "d"], 1)

@@ -228,3 +228,26 @@ def test_the_doctor_passes_on_a_replayed_rtx_pro_6000_box(tmp_path, capsys):
         os.environ.pop("FAKE_NVIDIA_SMI_DIR", None)
     assert not result.get("failed"), result.get("msg")
     assert result["doctor"]["ok"] is True
+
+
+def test_the_plan_uses_the_servers_context_length_and_kv_dtype(tmp_path, capsys):
+    host = Host(tmp_path)
+    result = run_module(host.args(strategy="pp8", extra={"--context-length": 262144,
+                                                          "--kv-cache-dtype": "fp8_e4m3"}), capsys)
+    assert not result.get("failed"), result.get("msg")
+    assert result["plan"]["context_length"] == 262144
+    assert result["plan"]["kv_dtype"] == "fp8_e4m3"
+    plain = run_module(host.args(strategy="pp8"), capsys)
+    assert plain["plan"]["kv_dtype"] == "auto" and not plain["plan"]["context_length"]
+    # fp8 halves the KV bytes per token of the auto (bf16) cache
+    assert result["plan"]["kv_bytes_per_token_per_gpu"] * 2 == plain["plan"]["kv_bytes_per_token_per_gpu"]
+
+
+@pytest.mark.parametrize("extra, expect", [
+    ({"--context-length": [4096, 8192]}, "--context-length takes a single value in sglang 0.5.9"),
+    ({"--kv-cache-dtype": ["fp8_e4m3"]}, "--kv-cache-dtype takes a single value in sglang 0.5.9"),
+])
+def test_malformed_server_settings_reach_the_flag_check_not_the_planner(tmp_path, capsys, extra, expect):
+    host = Host(tmp_path)
+    result = run_module(host.args(strategy="pp8", extra=extra), capsys)
+    assert result["failed"] and expect in result["msg"], result.get("msg")
