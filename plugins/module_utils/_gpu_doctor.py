@@ -233,7 +233,6 @@ class Prober(object):
         return facts
 
 
-
 def doctor(module, python=None, cuda_home=None, nvidia_smi=None, strategy=None, extra_args=None,
            waive=None, compile_test=True, cache_dir="/var/cache/gpufleet-sglang"):
     """Probe the host and judge it: the result the doctor module returns."""

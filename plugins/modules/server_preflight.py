@@ -209,8 +209,9 @@ def check_port(module, params):
 def check_host(module, params, result):
     """The prerequisite doctor; refuse with every failed check and the table."""
     options = dict(params["doctor"])
-    unknown = sorted(set(options) - set(("python", "cuda_home", "nvidia_smi", "strategy", "extra_args",
-                                           "waive", "compile_test", "cache_dir")))
+    known = ("python", "cuda_home", "nvidia_smi", "strategy", "extra_args", "waive", "compile_test",
+             "cache_dir")
+    unknown = sorted(set(options) - set(known))
     if unknown:
         module.fail_json(msg="doctor: unknown options %s" % ", ".join(unknown))
     for key in ("python", "cuda_home", "nvidia_smi"):

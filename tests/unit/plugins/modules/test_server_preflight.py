@@ -232,8 +232,8 @@ def test_the_doctor_passes_on_a_replayed_rtx_pro_6000_box(tmp_path, capsys):
 
 def test_the_plan_uses_the_servers_context_length_and_kv_dtype(tmp_path, capsys):
     host = Host(tmp_path)
-    result = run_module(host.args(strategy="pp8", extra={"--context-length": 262144,
-                                                          "--kv-cache-dtype": "fp8_e4m3"}), capsys)
+    extra = {"--context-length": 262144, "--kv-cache-dtype": "fp8_e4m3"}
+    result = run_module(host.args(strategy="pp8", extra=extra), capsys)
     assert not result.get("failed"), result.get("msg")
     assert result["plan"]["context_length"] == 262144
     assert result["plan"]["kv_dtype"] == "fp8_e4m3"
