@@ -56,6 +56,15 @@ def shown(value, limit=80):
     return text
 
 
+def kind(value):
+    """The plain name of a value's type (Ansible hands in its own str and dict subclasses)."""
+    for base, name in ((bool, "boolean"), (str, "string"), (dict, "mapping"), ((list, tuple), "list"),
+                       (int, "integer"), (float, "number")):
+        if isinstance(value, base):
+            return name
+    return type(value).__name__
+
+
 def _plain(value):
     return value if isinstance(value, str) else json.dumps(value, default=str)
 
@@ -135,7 +144,7 @@ def _extra_args(values):
         return []
     if not isinstance(value, dict):
         return ['server_extra_args must be a mapping of flag to value, e.g. {"--trust-remote-code": true} '
-                "(got %s %s)" % (type(value).__name__, shown(value))]
+                "(got %s %s)" % (kind(value), shown(value))]
     problems = []
     for key, item in mem_fraction_flags(value):
         ok = (not isinstance(item, bool) and _NUMBER.match(str(item).strip()) is not None

@@ -52,7 +52,8 @@ def test_a_bare_inventory_learns_every_required_input_in_one_run():
     ({"server_extra_args": {"mem_fraction_static": 0}},
      "server_extra_args mem_fraction_static must be a number in (0, 1], the fraction of GPU memory "
      "for weights and KV cache (got 0)"),
-    ({"server_extra_args": "--trust-remote-code"}, "server_extra_args must be a mapping"),
+    ({"server_extra_args": "--trust-remote-code"}, 'must be a mapping of flag to value, e.g. '
+     '{"--trust-remote-code": true} (got string "--trust-remote-code")'),
     ({"server_port": 70000}, "server_port must be 1-65535 (got 70000)"),
     ({"server_port": "http"}, "server_port must be 1-65535 (got http)"),
     ({"server_health_timeout": -5}, "server_health_timeout must be positive (got -5)"),
