@@ -73,9 +73,19 @@ class ActionModule(ActionBase):
             return result
         if topology is None:
             topology = topology_plan(host, 1, None, {}, {}, {}, 0, {})
-        result.update(layout=layout, topology=topology, nnodes=nnodes,
-                      msg="%s: %s on %s GPU(s) x %d host(s)" % (
-                          host, layout["name"], values["sglang_gpu_count"], nnodes))
+        count = values["sglang_gpu_count"]
+        memory = values["sglang_gpu_memory_mib"]
+        gpus = {"count": None if _inputs.is_unset(count) else int(str(count)),
+                "memory_mib": None if _inputs.is_unset(memory) else int(str(memory))}
+        # without a count the GPU fit is the host's to check (server_preflight)
+        checked = gpus["count"] is not None
+        strategy = values["strategy"]
+        result.update(layout=layout, layout_checked=checked, gpus=gpus, topology=topology,
+                      nnodes=nnodes, strategy=strategy if isinstance(strategy, str) else layout["name"],
+                      msg="%s: %s on %s x %d host(s)" % (
+                          host, layout["name"],
+                          "%d GPU(s)" % gpus["count"] if checked else "the GPUs the host has",
+                          nnodes))
         return result
 
     def _topology(self, task_vars, host, nnodes, args):

@@ -8,6 +8,11 @@
 :func:`check` looks at every input the deploy path needs and returns every problem it
 finds, each naming the variable, what it means, the value it got and an example, so that
 one run tells a user everything that is missing or malformed. Nothing here reaches a host.
+
+The GPU count and memory (``sglang_gpu_count``, ``sglang_gpu_memory_mib``) are optional:
+unset, the host's own GPUs decide (``gpufleet.sglang.server_preflight``), so the controller
+checks the strategy's grammar and divisibility only; set, they are checked for format here
+and the strategy's GPU count against them, and the host checks them against its GPUs.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -19,7 +24,10 @@ import re
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils._strategy import (
     StrategyError,
+    gpus_needed,
+    parse_strategy,
     resolve,
+    strategy_name,
 )
 
 #: The value of an input that is not set at all.
@@ -32,11 +40,10 @@ _BATCH = re.compile(r"^([1-9][0-9]*|([1-9][0-9]?|100)%)$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _MEM_FRACTION_FLAG = re.compile(r"^-*mem[-_]fraction[-_]static$")
 
-#: What each required input means, with an example value.
+#: What each required input means, with an example value. The GPU count and memory are
+#: not required: unset, they come from the host's GPUs.
 REQUIRED = (
     ("strategy", "the parallelism strategy (-e strategy=... or sglang_strategy)", "pp8"),
-    ("sglang_gpu_count", "the number of GPUs on each host", "8"),
-    ("sglang_gpu_memory_mib", "the memory of one GPU in MiB, as nvidia-smi prints it", "97887"),
     ("sglang_release", "the SGLang release to install and run", "0.5.9"),
     ("sglang_model_path", "the model directory on each host (it holds config.json)", "/models/Kimi-K2.5"),
 )
@@ -73,6 +80,18 @@ def is_positive_int(value):
     return not isinstance(value, bool) and _INT.match(str(value).strip()) is not None
 
 
+def is_unset(value):
+    """Whether an optional input is not set: missing, null or an empty string."""
+    return value is MISSING or value is None or (isinstance(value, str) and not value.strip())
+
+
+def count_problem(name, value, example):
+    """The problem with a count input that is set but not a positive integer, else None."""
+    if is_unset(value) or is_positive_int(value):
+        return None
+    return "%s must be a positive integer (got %s), e.g. %s" % (name, shown(value), example)
+
+
 def _missing(values):
     problems = []
     for name, meaning, example in REQUIRED:
@@ -86,12 +105,9 @@ def _counts(values):
     problems = []
     for name, example in (("sglang_gpu_count", "8"), ("sglang_gpu_memory_mib", "97887"),
                           ("sglang_nnodes", "2")):
-        value = values.get(name, MISSING)
-        if value is MISSING or value is None or value == "":
-            continue
-        if not is_positive_int(value):
-            problems.append("%s must be a positive integer (got %s), e.g. %s"
-                            % (name, shown(value), example))
+        problem = count_problem(name, values.get(name, MISSING), example)
+        if problem:
+            problems.append(problem)
     return problems
 
 
@@ -201,15 +217,37 @@ def check_fields(values):
 
 
 def layout(values, nnodes):
-    """The checked layout of the strategy for this server, or ``(None, problem)``."""
+    """The layout of the strategy for this server, or ``(None, problem)``.
+
+    With ``sglang_gpu_count`` set, the full plan of :func:`_strategy.resolve` (checked
+    against that count x ``nnodes``). Without it, the strategy's grammar and divisibility
+    only (:func:`unchecked_layout`): the host resolves it with its own GPUs. ``(None, None)``
+    when the strategy is missing or the count is malformed (both reported by
+    :func:`check_fields`).
+    """
     strategy = values.get("strategy", MISSING)
     gpus = values.get("sglang_gpu_count", MISSING)
-    if strategy in (MISSING, None, "") or not is_positive_int(gpus):
+    if is_unset(strategy) or not (is_unset(gpus) or is_positive_int(gpus)):
         return None, None
     try:
+        if is_unset(gpus):
+            return unchecked_layout(strategy, nnodes), None
         return resolve(strategy, int(str(gpus)), nnodes), None
     except StrategyError as exc:
         return None, str(exc)
+
+
+def unchecked_layout(strategy, nnodes):
+    """The plan of a strategy whose GPU count is not known yet: ``resolve``'s shape, unchecked.
+
+    ``parse_strategy`` checks the grammar and the sizes (ep divides tp); whether tp*pp*dp
+    equals the GPUs of the server's hosts is left to the host, which knows its GPUs.
+    """
+    plan = parse_strategy(strategy)
+    plan["name"] = strategy_name(plan)
+    plan["nnodes"] = nnodes
+    plan["gpus"] = gpus_needed(plan)
+    return plan
 
 
 def nnodes_of(values):

@@ -3,8 +3,9 @@
 # MIT License (see LICENSE)
 #
 # This module util is PRIVATE to the gpufleet.sglang collection.
-"""The verdicts of a host's preflight that need no release: the model directory, the
-memory plan and the memory fraction the server will really get.
+"""The verdicts of a host's preflight that need no release: the host's GPUs (count and
+memory, from the inventory or from what the doctor read), the layout that fits them, the
+model directory, the memory plan and the memory fraction the server will really get.
 
 Everything returns plain data or raises :class:`PreflightError` with the message a user
 sees; the module ``gpufleet.sglang.server_preflight`` only strings them together.
@@ -21,11 +22,98 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils._capacity_model im
     CannotPlan,
     load_model,
 )
-from ansible_collections.gpufleet.sglang.plugins.module_utils._inputs import mem_fraction_flags
+from ansible_collections.gpufleet.sglang.plugins.module_utils._inputs import (
+    count_problem,
+    is_unset,
+    mem_fraction_flags,
+    report,
+)
+from ansible_collections.gpufleet.sglang.plugins.module_utils._strategy import (
+    StrategyError,
+    resolve,
+)
+
+#: The GPU inputs: name in the messages, the key in the plan settings, an example.
+_GPU_INPUTS = (("sglang_gpu_count", "gpu_count", "8"), ("sglang_gpu_memory_mib", "gpu_memory_mib", "97887"))
 
 
 class PreflightError(Exception):
     """A refusal, with the message to show."""
+
+
+def _names(found):
+    names = []
+    for gpu in found:
+        name = gpu.get("name") or "unknown GPU"
+        if name not in names:
+            names.append(name)
+    return ", ".join(names)
+
+
+def host_gpus(settings, found, host, detail=None):
+    """The GPUs the server plans with: ``{count, memory_mib, name, source, memory_source}``.
+
+    ``settings`` holds ``gpu_count`` and ``gpu_memory_mib`` as the inventory gives them
+    (unset: ``None`` or empty); ``found`` is the GPU list the doctor read on the host
+    (``[]`` when it read none; ``detail`` says why). An unset value is taken from the host:
+    the number of GPUs, and the memory.total of its smallest GPU in MiB. A set value must
+    agree with the host. Raises :class:`PreflightError` naming the variable and both numbers.
+    """
+    given = {}
+    problems = []
+    for name, key, example in _GPU_INPUTS:
+        value = settings.get(key)
+        problem = count_problem(name, value, example)
+        if problem:
+            problems.append(problem)
+        elif not is_unset(value):
+            given[key] = int(str(value).strip())
+    if problems:
+        raise PreflightError(report(problems, host))
+    found = list(found or [])
+    if not found:
+        unset = [name for name, key, _example in _GPU_INPUTS if key not in given]
+        if unset:
+            raise PreflightError(
+                "%s: %s %s not set and no GPUs were read on the host (%s); set %s, or make "
+                "nvidia-smi work there" % (host, " and ".join(unset), "is" if len(unset) == 1 else "are",
+                                           detail or "nvidia-smi found none", " and ".join(unset)))
+        return {"count": given["gpu_count"], "memory_mib": given["gpu_memory_mib"], "name": None,
+                "source": "inventory", "memory_source": "inventory"}
+    names = _names(found)
+    count = len(found)
+    memories = [g.get("memory_mib") for g in found]
+    memory = min(memories) if memories and None not in memories else None
+    if "gpu_count" in given and given["gpu_count"] != count:
+        problems.append("sglang_gpu_count is %d, but %s has %d GPUs (%s)"
+                        % (given["gpu_count"], host, count, names))
+    if "gpu_memory_mib" in given and memory is not None and given["gpu_memory_mib"] != memory:
+        problems.append("sglang_gpu_memory_mib is %d, but %s has %d MiB %s (%s)"
+                        % (given["gpu_memory_mib"], host, memory,
+                           "per GPU" if len(set(memories)) == 1 else "on its smallest GPU", names))
+    if "gpu_memory_mib" not in given and memory is None:
+        problems.append("sglang_gpu_memory_mib is not set and nvidia-smi on %s does not report the "
+                        "memory of every GPU (%s); set sglang_gpu_memory_mib (MiB of one GPU)"
+                        % (host, names))
+    if problems:
+        raise PreflightError(report(problems, host))
+    return {"count": count, "memory_mib": given.get("gpu_memory_mib", memory), "name": names,
+            "source": "inventory" if "gpu_count" in given else "detected",
+            "memory_source": "inventory" if "gpu_memory_mib" in given else "detected"}
+
+
+def fit_layout(strategy, layout, gpus_per_node, nnodes, host):
+    """The layout resolved for ``gpus_per_node`` x ``nnodes`` GPUs (``_strategy.resolve``).
+
+    ``strategy`` is the strategy as the user gave it (for the same messages as on the
+    controller); without one, the sizes of ``layout`` are resolved.
+    """
+    source = strategy if isinstance(strategy, str) and strategy.strip() else dict(
+        (k, layout[k]) for k in ("tp", "pp", "ep", "dp") if k in layout)
+    try:
+        return resolve(source, int(gpus_per_node), int(nnodes or 1))
+    except StrategyError as exc:
+        raise PreflightError("%s: %s" % (host, exc))
 
 
 def check_model_dir(model_path, host):

@@ -22,7 +22,8 @@ _PLAIN = re.compile(r"^[A-Za-z0-9_./:=,+@%$-]+$")
 
 LAYOUT_KEYS = ("tp", "pp", "ep", "dp")
 
-RECORD_KEYS = ("strategy", "layout", "release", "argv", "unit_sha1", "service", "port", "deployed_at")
+RECORD_KEYS = ("strategy", "layout", "release", "argv", "unit_sha1", "env_sha1", "service", "port",
+               "deployed_at")
 
 
 def systemd_arg(value):
@@ -247,8 +248,11 @@ def format_time(now):
     return "%s" % (now,)
 
 
-def record(previous, p, unit_sha1, now, restarted):
+def record(previous, p, unit_sha1, now, restarted, env_sha1=None):
     """The deployment record.
+
+    ``unit_sha1`` and ``env_sha1`` are the sha1 of the unit and environment file texts, so
+    that drift of either file on disk can be told (``playbooks/status.yml``).
 
     ``deployed_at`` is ``now`` when the server was (re)installed (``restarted``) or the
     previous record has none; otherwise the previous record's time is kept, so a no-op
@@ -265,6 +269,7 @@ def record(previous, p, unit_sha1, now, restarted):
         "release": p.get("release"),
         "argv": list(p.get("argv") or []),
         "unit_sha1": unit_sha1,
+        "env_sha1": env_sha1,
         "service": p.get("service_name"),
         "port": port_of(p),
         "deployed_at": deployed_at,

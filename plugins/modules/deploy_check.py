@@ -15,9 +15,13 @@ author: gpufleet developers (@gpufleet)
 description:
   - Checks every input the deploy path needs and refuses once, listing each missing or
     malformed input with what it means, the value it got and an example.
-  - Turns the strategy into a checked layout for the GPUs of the host's server and, for a
-    multi-node server (O(nnodes) > 1), works out the hosts that form it, this host's node
-    rank and rank 0's rendezvous address (C(--dist-init-addr)).
+  - Turns the strategy into a layout and, for a multi-node server (O(nnodes) > 1), works
+    out the hosts that form it, this host's node rank and rank 0's rendezvous address
+    (C(--dist-init-addr)).
+  - With O(gpu_count) set, the layout is checked against that count times O(nnodes). Without
+    it, only the strategy's grammar and sizes are checked here (ep divides tp);
+    M(gpufleet.sglang.server_preflight) checks the layout against the GPUs the host has,
+    with the same rule.
   - Runs on the controller only; it never connects to the host.
   - "Pass every input as V(null) when it is not set (C(| default(none))): a missing input is
     then reported by name instead of as a templating error."
@@ -29,10 +33,14 @@ options:
     description: The parallelism strategy (C(tp8), C(pp8), C(ep8), C(ep4) or C(tp<N>[-pp<N>][-ep<N>][-dp<N>])).
     type: raw
   gpu_count:
-    description: GPUs on each host (C(sglang_gpu_count)).
+    description:
+      - GPUs on each host (C(sglang_gpu_count)); V(null) or empty when the host's GPUs decide.
+      - When set, the layout is checked against it here, and the host checks it against its GPUs.
     type: raw
   gpu_memory_mib:
-    description: Memory of one GPU in MiB (C(sglang_gpu_memory_mib)).
+    description:
+      - Memory of one GPU in MiB (C(sglang_gpu_memory_mib)); V(null) or empty when the host's
+        GPUs decide. When set, it must be a positive integer.
     type: raw
   release:
     description: The SGLang release (C(sglang_release)).
@@ -102,6 +110,7 @@ EXAMPLES = r"""
 - name: Check the deploy inputs
   gpufleet.sglang.deploy_check:
     strategy: "{{ strategy | default(sglang_strategy) | default(none) }}"
+    # optional: unset, the host's GPUs decide (gpufleet.sglang.server_preflight)
     gpu_count: "{{ sglang_gpu_count | default(none) }}"
     gpu_memory_mib: "{{ sglang_gpu_memory_mib | default(none) }}"
     release: "{{ sglang_release | default(none) }}"
@@ -111,10 +120,28 @@ EXAMPLES = r"""
 
 RETURN = r"""
 layout:
-  description: The checked layout (C(name), C(tp), C(pp), C(ep), C(dp), C(nnodes), C(gpus)).
+  description:
+    - The layout (C(name), C(tp), C(pp), C(ep), C(dp), C(nnodes), C(gpus)); C(gpus) is the
+      GPUs the server needs.
+    - Checked against O(gpu_count) when that is set (see RV(layout_checked)); otherwise the
+      host checks it (M(gpufleet.sglang.server_preflight) returns the checked one).
   returned: success
   type: dict
   sample: {name: ep8, tp: 8, pp: 1, ep: 8, dp: 1, nnodes: 1, gpus: 8}
+layout_checked:
+  description: Whether RV(layout) was checked against a GPU count here (O(gpu_count) set).
+  returned: success
+  type: bool
+gpus:
+  description: C(count) and C(memory_mib) as given (V(null) when the host's GPUs decide).
+  returned: success
+  type: dict
+  sample: {count: null, memory_mib: null}
+strategy:
+  description: The strategy as given (the layout's name when it was not a string), for the host's messages.
+  returned: success
+  type: str
+  sample: ep8
 topology:
   description: C(members), C(node_rank), C(rank0), C(dist_init_addr) and C(serves_http) of this host's server.
   returned: success

@@ -16,8 +16,12 @@ description:
   - Reads the host and the installed SGLang release and refuses, naming the input, the
     value and the release, anything that would keep a new server from starting. It
     changes nothing but its own caches, and nothing at all in check mode.
-  - "In this order: the model directory holds C(config.json); the memory plan of the
-    layout fits the GPUs (the planner uses a C(--mem-fraction-static) found in
+  - "In this order: the prerequisite doctor (when O(doctor) is given) reads the host's
+    GPUs; the GPU count and memory are taken from them when O(plan) does not set them, and
+    must agree with them when it does; the layout is resolved for that GPU count times the
+    hosts of the server, with the collection's one GPU-count rule (the controller checks
+    it only when the count is set in the inventory); the model directory holds
+    C(config.json); the memory plan of the layout fits the GPUs (the planner uses a C(--mem-fraction-static) found in
     O(extra_args), since that is what the server gets); nobody but the server's own unit
     holds O(port); the installed release is read (version and fingerprint); its
     C(launch_server --help) is parsed (cached per fingerprint); the launch argv is
@@ -41,9 +45,17 @@ options:
     type: str
     required: true
   layout:
-    description: The checked layout (C(name), C(tp), C(pp), C(ep), C(dp)), as M(gpufleet.sglang.deploy_check) returns it.
+    description:
+      - The layout (C(name), C(tp), C(pp), C(ep), C(dp)), as M(gpufleet.sglang.deploy_check)
+        returns it; resolved here again for the host's GPUs (RV(layout) is the checked one).
     type: dict
     required: true
+  strategy:
+    description:
+      - The strategy as the user gave it (the C(strategy) that M(gpufleet.sglang.deploy_check)
+        returns), resolved for the host's GPUs so that a refusal names it as the controller would.
+      - Omit to resolve the sizes of O(layout).
+    type: str
   multinode:
     description: C(nnodes), C(node_rank) and C(dist_init_addr) of a multi-node server; omit for one host.
     type: dict
@@ -65,6 +77,11 @@ options:
       - The memory planner's inputs. C(gpu_count), C(gpu_memory_mib), C(nnodes),
         C(mem_fraction_static) (0 for SGLang's default), C(context_length),
         C(kv_dtype) and C(allow_unfit).
+      - C(gpu_count) and C(gpu_memory_mib) (the inventory's C(sglang_gpu_count) and
+        C(sglang_gpu_memory_mib)) may be V(null) or empty; then the GPUs the host has decide
+        (their number and the memory.total of the smallest, in MiB). Set, they must agree
+        with the host's GPUs (the refusal names the variable and both numbers).
+      - Without O(doctor), the GPUs are read with C(nvidia-smi) only when one of them is unset.
     type: dict
     required: true
   port:
@@ -97,6 +114,8 @@ options:
         options (C(python), C(cuda_home), C(nvidia_smi), C(strategy), C(extra_args),
         C(waive), C(compile_test), C(cache_dir)), and refuse when a check that is not
         waived fails, listing each with its remedy, then the table of all checks.
+      - The GPUs it reads are the ones O(plan)'s C(gpu_count) and C(gpu_memory_mib) are
+        taken from or checked against. When it read no GPUs at all, its refusal stands alone.
       - Omit to skip the doctor.
     type: dict
 seealso:
@@ -116,6 +135,19 @@ EXAMPLES = r"""
     server_args: {--model-path: /models/Kimi-K2.5, --host: 0.0.0.0, --port: 30000}
     plan: {gpu_count: 8, gpu_memory_mib: 97887, nnodes: 1}
     port: 30000
+  register: preflight
+
+- name: The same, with the GPU count and memory read on the host
+  gpufleet.sglang.server_preflight:
+    host: "{{ inventory_hostname }}"
+    python: /opt/sglang/0.5.9/bin/python
+    model_path: /models/Kimi-K2.5
+    layout: {name: ep8, tp: 8, pp: 1, ep: 8, dp: 1}
+    strategy: ep8
+    server_args: {--model-path: /models/Kimi-K2.5, --host: 0.0.0.0, --port: 30000}
+    plan: {gpu_count: null, gpu_memory_mib: null, nnodes: 1}
+    port: 30000
+    doctor: {python: /opt/sglang/0.5.9/bin/python}
   register: preflight
 """
 
@@ -139,6 +171,22 @@ translations:
   returned: success
   type: list
   elements: str
+layout:
+  description:
+    - The layout resolved for the host's GPUs (C(name), C(tp), C(pp), C(ep), C(dp),
+      C(nnodes), C(gpus)); what everything after the preflight uses.
+  returned: success
+  type: dict
+  sample: {name: ep8, tp: 8, pp: 1, ep: 8, dp: 1, nnodes: 1, gpus: 8}
+gpus:
+  description:
+    - The GPUs the layout and the memory plan use, C(count), C(memory_mib) (of one GPU, the
+      smallest), C(name) (the GPU model(s) read on the host, V(null) when none was read),
+      C(source) (of the count) and C(memory_source), each V(inventory) or V(detected).
+  returned: success
+  type: dict
+  sample: {count: 8, memory_mib: 97887, name: NVIDIA RTX PRO 6000 Blackwell Server Edition,
+           source: detected, memory_source: detected}
 plan:
   description: The memory plan of the layout (see M(gpufleet.sglang.capacity_plan)).
   returned: success
@@ -166,10 +214,13 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _port_owner
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _sglang_probe as probe
 from ansible_collections.gpufleet.sglang.plugins.module_utils._command import failure_payload, run
-from ansible_collections.gpufleet.sglang.plugins.module_utils._gpu_doctor import doctor, refusal
+from ansible_collections.gpufleet.sglang.plugins.module_utils._gpu_doctor import Prober, doctor, refusal
+from ansible_collections.gpufleet.sglang.plugins.module_utils._inputs import is_unset
 from ansible_collections.gpufleet.sglang.plugins.module_utils._preflight import (
     PreflightError,
     check_model_dir,
+    fit_layout,
+    host_gpus,
     judge_plan,
     plan as plan_memory,
 )
@@ -207,7 +258,7 @@ def check_port(module, params):
 
 
 def check_host(module, params, result):
-    """The prerequisite doctor; refuse with every failed check and the table."""
+    """The prerequisite doctor: its verdict (the GPUs it read included); refusing is the caller's."""
     options = dict(params["doctor"])
     known = ("python", "cuda_home", "nvidia_smi", "strategy", "extra_args", "waive", "compile_test",
              "cache_dir")
@@ -220,12 +271,43 @@ def check_host(module, params, result):
     options.setdefault("cache_dir", params["cache_dir"])
     verdict = doctor(module, **options)
     result["doctor"] = dict((k, verdict[k]) for k in ("ok", "failed_checks", "failures", "table"))
-    if not verdict["ok"]:
-        module.fail_json(msg=refusal(verdict, params["host"]), **result)
+    return verdict
 
 
-def probe_release(module, params, result):
-    """Release, flags, argv and the argparse verdict; fills ``result``."""
+def check_gpus(module, params, result):
+    """The doctor, then the GPUs and the layout for them; ``(gpus, layout)`` or a refusal.
+
+    A doctor that read no GPUs refuses on its own (its refusal says why). Otherwise a wrong
+    GPU variable or a layout that does not fit the host's GPUs is named first, followed by
+    the doctor's failed checks when there are any.
+    """
+    verdict = check_host(module, params, result) if params["doctor"] is not None else None
+    host, settings = params["host"], params["plan"]
+    if verdict is not None:
+        found, detail = verdict["gpus"], verdict["nvidia_smi"].get("detail")
+    elif any(is_unset(settings.get(key)) for key in ("gpu_count", "gpu_memory_mib")):
+        facts = Prober(module).gpus(None)
+        found, detail = facts["gpus"], facts["smi"].get("detail")
+    else:
+        found, detail = [], "not read: no doctor"
+    doctor_refusal = refusal(verdict, host) if verdict is not None and not verdict["ok"] else None
+    if doctor_refusal and not found:
+        module.fail_json(msg=doctor_refusal, **result)
+    try:
+        gpus = host_gpus(settings, found, host, detail)
+        result["gpus"] = gpus
+        layout = fit_layout(params["strategy"], params["layout"], gpus["count"],
+                            settings.get("nnodes") or 1, host)
+    except PreflightError as exc:
+        module.fail_json(msg="\n".join(m for m in (str(exc), doctor_refusal) if m), **result)
+    if doctor_refusal:
+        module.fail_json(msg=doctor_refusal, **result)
+    result["layout"] = layout
+    return gpus, layout
+
+
+def probe_release(module, params, layout, result):
+    """Release, flags, argv and the argparse verdict for ``layout``; fills ``result``."""
     python = params["python"]
     prefix = "server_python %s: " % python
     try:
@@ -242,7 +324,7 @@ def probe_release(module, params, result):
         module.fail_json(msg="%ssglang %s lacks required flag%s: %s" % (
             prefix, version, "" if len(lacking) == 1 else "s", ", ".join(lacking)),
             missing=lacking, **result)
-    layout = dict((k, params["layout"][k]) for k in ("tp", "pp", "ep", "dp"))
+    layout = dict((k, layout[k]) for k in ("tp", "pp", "ep", "dp"))
     if params["multinode"]:
         layout.update(params["multinode"])
     try:
@@ -274,6 +356,7 @@ def main():
             python=dict(type="path", required=True),
             model_path=dict(type="str", required=True),
             layout=dict(type="dict", required=True),
+            strategy=dict(type="str"),
             multinode=dict(type="dict"),
             server_args=dict(type="dict", default={}),
             extra_args=dict(type="dict", default={}),
@@ -291,11 +374,11 @@ def main():
     )
     params = module.params
     result = dict(changed=False)
-    if params["doctor"] is not None:
-        check_host(module, params, result)
+    gpus, layout = check_gpus(module, params, result)
+    settings = dict(params["plan"], gpu_count=gpus["count"], gpu_memory_mib=gpus["memory_mib"])
     try:
         check_model_dir(params["model_path"], params["host"])
-        plan, model_warnings = plan_memory(params["model_path"], params["layout"], params["plan"],
+        plan, model_warnings = plan_memory(params["model_path"], layout, settings,
                                            params["extra_args"])
         result.update(plan=plan, pp_layer_partition=plan.get("pp_layer_partition") or "")
         allow_unfit = module.boolean(params["plan"].get("allow_unfit") or False)
@@ -304,7 +387,7 @@ def main():
         result["port_owner"] = check_port(module, params)
     except PreflightError as exc:
         module.fail_json(msg=str(exc), **result)
-    probe_release(module, params, result)
+    probe_release(module, params, layout, result)
     module.exit_json(**result)
 
 

@@ -31,7 +31,7 @@ description:
   - With O(state=rolled_back), puts the last known good unit, environment file and
     record back, reloads systemd and restarts the server.
   - The deployment record (O(record_path), a local fact file) holds C(strategy),
-    C(layout), C(release), C(argv), C(unit_sha1), C(service), C(port) and
+    C(layout), C(release), C(argv), C(unit_sha1), C(env_sha1), C(service), C(port) and
     C(deployed_at); C(deployed_at) changes only when the server is (re)installed.
 extends_documentation_fragment:
   - gpufleet.sglang._attributes
@@ -277,6 +277,7 @@ record:
     release: 0.5.9
     argv: [--model-path, /models/kimi-k2, --tp-size, "8"]
     unit_sha1: 3f786850e387550fdab836ed7e6dc881de23001b
+    env_sha1: 89e6c98d92887913cadf06b2adb97f26cde4849b
     service: sglang
     port: 30000
     deployed_at: "2025-01-31T12:00:00Z"
@@ -538,7 +539,8 @@ class ServerUnit(object):
         self.changed |= dirs_changed
 
         previous_record_text = _read(self.record_path)
-        new_record = record(parse_record(previous_record_text), p, unit_sha1, _now(), restart)
+        new_record = record(parse_record(previous_record_text), p, unit_sha1, _now(), restart,
+                            env_sha1=hashlib.sha1(env_text).hexdigest())
         new_record_text = to_bytes(record_text(new_record))
         record_changed = previous_record_text != new_record_text
 

@@ -182,6 +182,13 @@ CASES = [
           ["ep 3 does not divide tp 8"]),
     _case("gpu-count-word", "sglang_gpu_count=eight", {"sglang_gpu_count": "eight"},
           ['sglang_gpu_count must be a positive integer (got "eight")']),
+    # the GPU variables are checked against the host's GPUs (the stand-in nvidia-smi: 8 x
+    # 97887 MiB); tp4 fits a count of 4, so the controller lets it through to the host
+    _case("gpu-count-host", "sglang_gpu_count=4 with strategy=tp4 (the host has 8 GPUs)",
+          {"sglang_gpu_count": 4, "strategy": "tp4"}, ["sglang_gpu_count is 4", "has 8 GPUs"]),
+    _case("gpu-memory-host", "sglang_gpu_memory_mib=143771 (the host's GPUs have 97887 MiB)",
+          {"sglang_gpu_memory_mib": 143771},
+          ["sglang_gpu_memory_mib is 143771", "has 97887 MiB per GPU"]),
     _case("nnodes-single-host", "sglang_nnodes=2 (a group of one host, no rank 0 peer)",
           {"sglang_nnodes": 2}, ["sglang_nnodes=2"]),
     _case("rollout-batch-zero", "sglang_rollout_batch=0", {"sglang_rollout_batch": 0},

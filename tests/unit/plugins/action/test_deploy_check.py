@@ -68,11 +68,51 @@ def test_a_bare_inventory_is_refused_once_naming_every_required_input(run):
     proc, results = run({})
     assert proc.returncode != 0
     msg = results["h1"]["msg"]
-    assert msg.startswith("h1: 5 problems with the deploy inputs:")
-    for name in ("strategy", "sglang_gpu_count", "sglang_gpu_memory_mib", "sglang_release",
-                 "sglang_model_path"):
+    assert msg.startswith("h1: 3 problems with the deploy inputs:")
+    for name in ("strategy", "sglang_release", "sglang_model_path"):
         assert "- %s is not set" % name in msg
+    # the GPUs are read on the host: their variables are not required
+    assert "sglang_gpu_count" not in msg and "sglang_gpu_memory_mib" not in msg
     assert "Error while resolving" not in proc.stdout and "Finalization" not in proc.stdout
+
+
+WITHOUT_GPUS = dict((k, v) for k, v in GOOD.items() if not k.startswith("sglang_gpu_"))
+
+
+def test_without_gpu_variables_the_layout_is_left_to_the_host(run):
+    proc, results = run(dict(WITHOUT_GPUS, strategy="tp4"))
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    res = results["h1"]
+    assert res["layout"] == {"name": "tp4", "tp": 4, "pp": 1, "ep": 1, "dp": 1, "nnodes": 1, "gpus": 4}
+    assert res["layout_checked"] is False and res["strategy"] == "tp4"
+    assert res["gpus"] == {"count": None, "memory_mib": None}
+
+
+def test_a_given_gpu_count_still_checks_the_layout_on_the_controller(run):
+    proc, results = run(dict(GOOD, strategy="tp4"))
+    assert proc.returncode != 0
+    assert results["h1"]["msg"].startswith(
+        "h1: strategy 'tp4' needs tp*pp = 4*1 = 4 GPUs, but the server has 8")
+    proc, results = run(GOOD)
+    assert results["h1"]["layout_checked"] is True
+    assert results["h1"]["gpus"] == {"count": 8, "memory_mib": 97887}
+
+
+@pytest.mark.parametrize("changes, expect", [
+    ({"sglang_gpu_count": "eight"}, 'h1: sglang_gpu_count must be a positive integer (got "eight"), e.g. 8'),
+    ({"sglang_gpu_memory_mib": "lots"},
+     'h1: sglang_gpu_memory_mib must be a positive integer (got "lots"), e.g. 97887'),
+])
+def test_a_malformed_gpu_variable_is_still_refused(run, changes, expect):
+    proc, results = run(dict(WITHOUT_GPUS, **changes))
+    assert proc.returncode != 0
+    assert results["h1"]["msg"] == expect
+
+
+def test_without_a_gpu_count_grammar_and_divisibility_are_still_checked(run):
+    proc, results = run(dict(WITHOUT_GPUS, strategy="tp8-ep3"))
+    assert proc.returncode != 0
+    assert "ep 3 does not divide tp 8" in results["h1"]["msg"]
 
 
 def test_good_inputs_give_the_layout(run):

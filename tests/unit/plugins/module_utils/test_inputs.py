@@ -27,10 +27,25 @@ def test_good_inputs_have_no_problem():
 def test_a_bare_inventory_learns_every_required_input_in_one_run():
     problems = check_fields({})
     names = [p.split(" ")[0] for p in problems]
-    assert names == ["strategy", "sglang_gpu_count", "sglang_gpu_memory_mib", "sglang_release",
-                     "sglang_model_path"]
+    assert names == ["strategy", "sglang_release", "sglang_model_path"]
     for problem in problems:
         assert "is not set:" in problem and "(e.g. " in problem
+
+
+@pytest.mark.parametrize("unset", [MISSING, None, "", "  "])
+def test_the_gpu_variables_are_optional(unset):
+    values = _with(sglang_gpu_count=unset, sglang_gpu_memory_mib=unset)
+    assert check_fields(values) == []
+
+
+@pytest.mark.parametrize("changes, expect", [
+    ({"sglang_gpu_memory_mib": "lots"}, 'sglang_gpu_memory_mib must be a positive integer (got "lots")'),
+    ({"sglang_gpu_memory_mib": -1}, "sglang_gpu_memory_mib must be a positive integer (got -1)"),
+    ({"sglang_gpu_memory_mib": 97887.5}, "sglang_gpu_memory_mib must be a positive integer (got 97887.5)"),
+])
+def test_a_set_gpu_memory_must_be_a_positive_integer(changes, expect):
+    problems = check_fields(_with(sglang_gpu_count=MISSING, **changes))
+    assert problems == [expect + ", e.g. 97887"]
 
 
 @pytest.mark.parametrize("changes, expect", [
@@ -101,3 +116,36 @@ def test_strategy_layout_for_two_nodes():
 
 def test_no_layout_verdict_without_a_usable_gpu_count():
     assert _inputs.layout(_with(sglang_gpu_count="eight"), 1) == (None, None)
+    assert _inputs.layout(_with(sglang_gpu_count=0), 1) == (None, None)
+
+
+@pytest.mark.parametrize("unset", [MISSING, None, ""])
+@pytest.mark.parametrize("strategy, nnodes, expect", [
+    ("tp4", 1, {"name": "tp4", "tp": 4, "pp": 1, "ep": 1, "dp": 1, "nnodes": 1, "gpus": 4}),
+    ("tp8-ep8", 1, {"name": "ep8", "tp": 8, "pp": 1, "ep": 8, "dp": 1, "nnodes": 1, "gpus": 8}),
+    ("tp16", 2, {"name": "tp16", "tp": 16, "pp": 1, "ep": 1, "dp": 1, "nnodes": 2, "gpus": 16}),
+    ("tp4-dp2", 1, {"name": "tp4-dp2", "tp": 4, "pp": 1, "ep": 1, "dp": 2, "nnodes": 1, "gpus": 8}),
+])
+def test_without_a_gpu_count_the_fit_is_left_to_the_host(unset, strategy, nnodes, expect):
+    # no GPU count on the controller: the layout is the strategy's, not checked against GPUs
+    layout, problem = _inputs.layout(_with(strategy=strategy, sglang_gpu_count=unset), nnodes)
+    assert problem is None
+    assert layout == expect
+
+
+@pytest.mark.parametrize("strategy, expect", [
+    ("tp7x", "unknown strategy 'tp7x'; valid forms"),
+    ("tp8-ep3", "strategy 'tp8-ep3': ep 3 does not divide tp 8"),
+    ("pp0", "unknown strategy 'pp0'"),
+])
+def test_without_a_gpu_count_grammar_and_divisibility_are_still_checked(strategy, expect):
+    layout, problem = _inputs.layout(_with(strategy=strategy, sglang_gpu_count=MISSING), 1)
+    assert layout is None and expect in problem
+
+
+def test_a_given_count_still_resolves_the_full_layout():
+    layout, problem = _inputs.layout(_with(strategy="tp4", sglang_gpu_count=4), 1)
+    assert problem is None and layout["gpus"] == 4
+    layout, problem = _inputs.layout(_with(strategy="tp4", sglang_gpu_count="8"), 1)
+    assert layout is None
+    assert problem.startswith("strategy 'tp4' needs tp*pp = 4*1 = 4 GPUs, but the server has 8")

@@ -15,6 +15,7 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils._server_unit impor
     mask_env,
     parse_record,
     port_of,
+    RECORD_KEYS,
     record,
     record_text,
     render_env,
@@ -306,10 +307,12 @@ NOW = datetime.datetime(2025, 1, 31, 12, 0, 5, tzinfo=datetime.timezone.utc)
 
 def test_record_new():
     p = params(port=30000)
-    rec = record(None, p, "abc", NOW, restarted=True)
+    rec = record(None, p, "abc", NOW, restarted=True, env_sha1="def")
     assert rec == {
         "strategy": "tp8-ep8", "layout": LAYOUT, "release": "0.5.9", "argv": p["argv"],
-        "unit_sha1": "abc", "service": "sglang", "port": 30000, "deployed_at": "2025-01-31T12:00:05Z"}
+        "unit_sha1": "abc", "env_sha1": "def", "service": "sglang", "port": 30000,
+        "deployed_at": "2025-01-31T12:00:05Z"}
+    assert tuple(sorted(rec)) == tuple(sorted(RECORD_KEYS))
 
 
 def test_record_keeps_the_time_unless_restarted():

@@ -251,3 +251,126 @@ def test_malformed_server_settings_reach_the_flag_check_not_the_planner(tmp_path
     host = Host(tmp_path)
     result = run_module(host.args(strategy="pp8", extra=extra), capsys)
     assert result["failed"] and expect in result["msg"], result.get("msg")
+
+
+# --- the GPUs from the host: the doctor reads a replayed box -----------------------------
+FAKES = os.path.join(HERE, "..", "..", "..", "fakes")
+RTX_NAME = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
+WAIVE = ["cuda_toolkit", "cuda_headers", "compile_test", "driver_toolkit", "toolkit_arch"]
+
+
+def run_on_box(host, capsys, box="rtx-pro-6000-server-x8", strategy="ep8", given=None, **plan):
+    """Run with the doctor against a replayed nvidia-smi set; ``plan`` sets gpu_count/memory."""
+    args = host.args(strategy=strategy, **dict({"gpu_count": None, "gpu_memory_mib": None}, **plan))
+    if given is not None:
+        args["strategy"] = given
+    # as in the role: the doctor judges the strategy as well
+    args["doctor"] = {"python": None, "nvidia_smi": os.path.join(FAKES, "nvidia-smi"),
+                      "strategy": given or strategy, "waive": WAIVE, "compile_test": False}
+    os.environ["FAKE_NVIDIA_SMI_DIR"] = os.path.join(FAKES, "nvidia-smi-sets", box)
+    try:
+        return run_module(args, capsys)
+    finally:
+        os.environ.pop("FAKE_NVIDIA_SMI_DIR", None)
+
+
+@pytest.mark.parametrize("unset", [None, ""])
+def test_unset_gpu_count_and_memory_come_from_the_doctor(tmp_path, capsys, unset):
+    host = Host(tmp_path)
+    result = run_on_box(host, capsys, gpu_count=unset, gpu_memory_mib=unset)
+    assert not result.get("failed"), result.get("msg")
+    assert result["gpus"] == {"count": 8, "memory_mib": 97887, "name": RTX_NAME,
+                              "source": "detected", "memory_source": "detected"}
+    assert result["layout"] == {"name": "ep8", "tp": 8, "pp": 1, "ep": 8, "dp": 1, "nnodes": 1,
+                                "gpus": 8}
+    # the memory plan ran on what the host has
+    assert (result["plan"]["gpus"], result["plan"]["gpu_memory_mib"]) == (8, 97887)
+
+
+def test_a_mixed_fleet_plans_each_host_with_its_own_gpus(tmp_path, capsys):
+    rtx = run_on_box(Host(tmp_path / "rtx"), capsys)
+    h200 = run_on_box(Host(tmp_path / "h200"), capsys, box="h200-x8")
+    assert not rtx.get("failed") and not h200.get("failed"), (rtx.get("msg"), h200.get("msg"))
+    assert (rtx["gpus"]["memory_mib"], h200["gpus"]["memory_mib"]) == (97887, 143771)
+    assert h200["gpus"]["name"] == "NVIDIA H200"
+    assert rtx["plan"]["gpu_memory_mib"] == 97887 and h200["plan"]["gpu_memory_mib"] == 143771
+    assert h200["plan"]["kv_tokens"] > rtx["plan"]["kv_tokens"]
+
+
+def test_a_gpu_count_that_disagrees_with_the_host_is_refused(tmp_path, capsys):
+    host = Host(tmp_path)
+    result = run_on_box(host, capsys, gpu_count=4)
+    assert result["failed"]
+    assert result["msg"] == "gpu-1: sglang_gpu_count is 4, but gpu-1 has 8 GPUs (%s)" % RTX_NAME
+    assert result["doctor"]["ok"] is True
+    assert host.help_calls == [], "nothing asked of the release when the GPUs disagree"
+
+
+def test_a_gpu_memory_that_disagrees_with_the_host_is_refused(tmp_path, capsys):
+    host = Host(tmp_path)
+    result = run_on_box(host, capsys, gpu_memory_mib="143771")
+    assert result["failed"]
+    assert result["msg"] == ("gpu-1: sglang_gpu_memory_mib is 143771, but gpu-1 has 97887 MiB per "
+                             "GPU (%s)" % RTX_NAME)
+    assert "plan" not in result and host.help_calls == []
+
+
+def test_a_count_given_on_the_controller_is_checked_and_kept(tmp_path, capsys):
+    host = Host(tmp_path)
+    result = run_on_box(host, capsys, gpu_count=8, gpu_memory_mib=97887)
+    assert not result.get("failed"), result.get("msg")
+    assert result["gpus"] == {"count": 8, "memory_mib": 97887, "name": RTX_NAME,
+                              "source": "inventory", "memory_source": "inventory"}
+    only_count = run_on_box(host, capsys, gpu_count="8")
+    assert (only_count["gpus"]["source"], only_count["gpus"]["memory_source"]) == ("inventory", "detected")
+
+
+def test_a_strategy_that_does_not_fit_the_detected_gpus_is_refused_as_on_the_controller(tmp_path, capsys):
+    host = Host(tmp_path)
+    result = run_on_box(host, capsys, strategy="tp8", given="tp4")
+    assert result["failed"]
+    assert result["msg"] == ("gpu-1: strategy 'tp4' needs tp*pp = 4*1 = 4 GPUs, but the server has 8 "
+                             "(1 node(s) x 8 GPUs); tp*pp must equal the GPU count")
+    assert result["gpus"]["source"] == "detected" and "layout" not in result
+    assert host.help_calls == []
+
+
+def test_a_strategy_the_doctor_refuses_too_is_named_first(tmp_path, capsys):
+    host = Host(tmp_path)
+    result = run_on_box(host, capsys, strategy="tp8", given="tp12")
+    assert result["failed"]
+    first, rest = result["msg"].split("\n", 1)
+    assert first.startswith("gpu-1: strategy 'tp12' needs tp*pp = 12*1 = 12 GPUs, but the server has 8")
+    assert rest.startswith("Prerequisite checks failed on gpu-1:\nstrategy: ")
+
+
+def test_the_layout_is_resolved_on_the_host_from_the_strategy_as_given(tmp_path, capsys):
+    host = Host(tmp_path)
+    result = run_on_box(host, capsys, strategy="ep8", given="tp8-ep8")
+    assert not result.get("failed"), result.get("msg")
+    assert result["layout"]["name"] == "ep8" and "--ep-size" in result["argv"]
+
+
+def test_without_gpus_the_doctors_own_refusal_stands(tmp_path, capsys):
+    host = Host(tmp_path)
+    result = run_on_box(host, capsys, box="no-driver")
+    assert result["failed"]
+    assert result["msg"].startswith("Prerequisite checks failed on gpu-1:\nnvidia_smi: ")
+    assert "sglang_gpu_count" not in result["msg"] and "gpus" not in result
+
+
+def test_without_the_doctor_an_unset_count_is_read_with_nvidia_smi(tmp_path, capsys, monkeypatch):
+    host = Host(tmp_path)
+    bindir = tmp_path / "smi-bin"
+    bindir.mkdir()
+    os.symlink(os.path.abspath(os.path.join(FAKES, "nvidia-smi")), str(bindir / "nvidia-smi"))
+    monkeypatch.setenv("PATH", str(bindir) + os.pathsep + os.environ.get("PATH", ""))
+    monkeypatch.setenv("FAKE_NVIDIA_SMI_DIR", os.path.join(FAKES, "nvidia-smi-sets", "rtx-pro-6000-server-x8"))
+    result = run_module(host.args(gpu_count=None, gpu_memory_mib=None), capsys)
+    assert not result.get("failed"), result.get("msg")
+    assert result["gpus"]["count"] == 8 and result["gpus"]["source"] == "detected"
+    monkeypatch.setenv("FAKE_NVIDIA_SMI_DIR", os.path.join(FAKES, "nvidia-smi-sets", "no-driver"))
+    refused = run_module(host.args(gpu_count=None, gpu_memory_mib=None), capsys)
+    assert refused["msg"].startswith("gpu-1: sglang_gpu_count and sglang_gpu_memory_mib are not set "
+                                     "and no GPUs were read on the host (nvidia-smi cannot talk to "
+                                     "the NVIDIA driver")

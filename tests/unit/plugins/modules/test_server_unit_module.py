@@ -161,8 +161,10 @@ def test_first_install(run_module, host):
     # record
     rec = json.loads(host.record.read_text())
     assert rec == result["record"]
-    assert set(rec) == {"strategy", "layout", "release", "argv", "unit_sha1", "service", "port", "deployed_at"}
+    assert set(rec) == {"strategy", "layout", "release", "argv", "unit_sha1", "env_sha1", "service", "port",
+                        "deployed_at"}
     assert rec["unit_sha1"] == result["unit_sha1"] and rec["port"] == 30000 and rec["strategy"] == "tp8"
+    assert rec["env_sha1"] == hashlib.sha1(env.encode()).hexdigest()
     calls = host.calls()
     assert "systemd-analyze verify %s" % (host.staging / "sglang.service") in calls
     assert "systemctl daemon-reload" in calls

@@ -6,8 +6,12 @@ token (``deadline += 1 / rate``), so sleep overshoot does not accumulate and the
 rate stays within a fraction of a percent of the target. Threads sleep; nothing spins.
 """
 
+import collections
 import threading
 import time
+
+# Seconds over which /metrics' sglang:gen_throughput counts the generated tokens.
+THROUGHPUT_WINDOW_S = 5.0
 
 WORDS = (
     "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike "
@@ -52,10 +56,26 @@ class Engine:
         self.requests_total = 0
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
+        self._recent = collections.deque()  # monotonic times of the tokens of the window
 
     def rate(self):
         n = max(self.active, 1)
         return min(self.single, self.ceiling / n)
+
+    def _forget(self, now):
+        horizon = now - THROUGHPUT_WINDOW_S
+        while self._recent and self._recent[0] <= horizon:
+            self._recent.popleft()
+
+    def gen_throughput(self, now=None):
+        """Recent generation throughput (tok/s): tokens of the last THROUGHPUT_WINDOW_S seconds.
+
+        The real scheduler reports the tokens decoded since its last decode log divided by
+        the time since then; this is the same idea over a fixed window (0 when idle).
+        """
+        with self._lock:
+            self._forget(time.monotonic() if now is None else now)
+            return len(self._recent) / THROUGHPUT_WINDOW_S
 
     def generate(self, n_tokens, n_prompt=0):
         """Yield token indices 0..n_tokens-1, each at its paced time."""
@@ -72,6 +92,8 @@ class Engine:
                 sleep_until(deadline)
                 with self._lock:
                     self.generation_tokens_total += 1
+                    self._recent.append(time.monotonic())
+                    self._forget(self._recent[-1])
                 yield i
         finally:
             with self._lock:

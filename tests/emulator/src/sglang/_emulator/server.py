@@ -127,22 +127,68 @@ class State:
         })
         return info
 
+    def metric_labels(self, scheduler):
+        """The labels SGLang puts on its series (prometheus_client prints them sorted).
+
+        Scheduler gauges: ``model_name`` and ``engine_type`` (0.4.6.post5
+        ``managers/scheduler.py`` l.549-555), plus ``tp_rank`` and ``pp_rank`` (0.5.4.post3
+        ``managers/scheduler_metrics_mixin.py`` l.63-68), plus ``moe_ep_rank`` (0.5.9
+        l.114-120); only TP rank 0 of PP rank 0 reports here (no
+        ``--enable-metrics-for-all-schedulers``). Tokenizer counters: ``model_name`` only
+        (0.5.9 ``managers/tokenizer_manager.py`` l.433-436).
+        """
+        labels = {"model_name": self.served_model_name}
+        if scheduler:
+            labels["engine_type"] = "unified"
+            if self.version >= (0, 5):
+                labels.update({"tp_rank": "0", "pp_rank": "0"})
+            if self.version >= (0, 5, 9):
+                labels["moe_ep_rank"] = "0"
+        return labels
+
     def metrics(self):
+        """The Prometheus text exposition of ``/metrics`` (served with ``--enable-metrics``).
+
+        Names and help texts are SGLang's (``srt/metrics/collector.py``; 0.5.9:
+        ``SchedulerMetricsCollector`` l.306-359, ``TokenizerMetricsCollector`` l.1104-1177).
+        ``num_running_reqs`` is the requests in flight; the emulator has no waiting queue,
+        so ``num_queue_reqs`` is 0; ``gen_throughput`` is the tokens of the last 5 s per
+        second.
+        """
         e = self.engine
-        lines = [
-            "# TYPE sglang:num_running_reqs gauge",
-            'sglang:num_running_reqs{model_name="%s"} %d' % (self.served_model_name, e.active),
-            "# TYPE sglang:prompt_tokens_total counter",
-            'sglang:prompt_tokens_total{model_name="%s"} %d' % (self.served_model_name,
-                                                                e.prompt_tokens_total),
-            "# TYPE sglang:generation_tokens_total counter",
-            'sglang:generation_tokens_total{model_name="%s"} %d' % (
-                self.served_model_name, e.generation_tokens_total),
-            "# TYPE sglang:num_requests_total counter",
-            'sglang:num_requests_total{model_name="%s"} %d' % (self.served_model_name,
-                                                               e.requests_total),
+        gen_throughput = e.gen_throughput()
+        series = [
+            ("sglang:num_running_reqs", "gauge", "The number of running requests.", True,
+             e.active),
+            ("sglang:gen_throughput", "gauge", "The generation throughput (token/s).", True,
+             gen_throughput),
+            ("sglang:num_queue_reqs", "gauge", "The number of requests in the waiting queue.",
+             True, 0),
+            ("sglang:prompt_tokens_total", "counter", "Number of prefill tokens processed.",
+             False, e.prompt_tokens_total),
+            ("sglang:generation_tokens_total", "counter",
+             "Number of generation tokens processed.", False, e.generation_tokens_total),
+            ("sglang:num_requests_total", "counter", "Number of requests processed.", False,
+             e.requests_total),
         ]
+        lines = []
+        for name, kind, help_text, scheduler, value in series:
+            labels = self.metric_labels(scheduler)
+            lines.append("# HELP %s %s" % (name, help_text))
+            lines.append("# TYPE %s %s" % (name, kind))
+            lines.append("%s{%s} %s" % (name, ",".join(
+                '%s="%s"' % (k, _label_value(v)) for k, v in sorted(labels.items())),
+                _float(value)))
         return "\n".join(lines) + "\n"
+
+
+def _label_value(value):
+    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _float(value):
+    """A sample value as prometheus_client prints it (``floatToGoString``: ``3.0``)."""
+    return repr(float(value))
 
 
 def _read_model_config(model_path):
