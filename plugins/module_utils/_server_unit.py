@@ -276,6 +276,15 @@ def record(previous, p, unit_sha1, now, restarted, env_sha1=None):
     }
 
 
+def read_bytes(path):
+    """A file's bytes, or None when it does not exist or cannot be read."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except (IOError, OSError):
+        return None
+
+
 def record_text(rec):
     """The record file's text, as ``to_nice_json`` wrote it, with a final newline."""
     return json.dumps(rec, indent=4, sort_keys=True, separators=(",", ": ")) + "\n"

@@ -198,8 +198,8 @@ REQUIREMENTS_FILE = "gpufleet-requirements.txt"
 INSTALLED_FILE = "gpufleet-installed.txt"
 
 
-def _sha256(path):
-    digest = hashlib.sha256()
+def _digest(path, algorithm="sha256"):
+    digest = hashlib.new(algorithm)
     with open(path, "rb") as handle:
         for chunk in iter(lambda: handle.read(1024 * 1024), b""):
             digest.update(chunk)
@@ -324,17 +324,9 @@ def stale_wheels(paths, checksums):
         want = checksums.get(os.path.basename(path))
         if not os.path.isfile(path):
             stale.append(path)
-        elif want and _sha1(path) != want:
+        elif want and _digest(path, "sha1") != want:
             stale.append(path)
     return stale
-
-
-def _sha1(path):
-    digest = hashlib.sha1()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1024 * 1024), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def main():
@@ -382,7 +374,7 @@ def main():
     for path in wheel_paths:
         if os.path.isfile(path):
             try:
-                digest = _sha256(path)
+                digest = _digest(path)
             except (IOError, OSError) as exc:
                 module.fail_json(msg="SGLang %s: could not read the wheel %s: %s" % (release, path, exc))
         elif module.check_mode:

@@ -203,7 +203,7 @@ from ansible.module_utils.common.text.converters import to_text
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _command, _port_owner
 from ansible_collections.gpufleet.sglang.plugins.module_utils._health import parse_unit_show, readiness_path
-from ansible_collections.gpufleet.sglang.plugins.module_utils._server_unit import parse_record
+from ansible_collections.gpufleet.sglang.plugins.module_utils._server_unit import parse_record, read_bytes
 from ansible_collections.gpufleet.sglang.plugins.module_utils._status import (
     UNREADABLE,
     drift,
@@ -216,14 +216,6 @@ UNIT_PROPS = ["ActiveState", "SubState", "MainPID", "ExecMainStartTimestampMonot
               "ActiveEnterTimestampMonotonic"]
 DEFAULT_PORT = 30000
 MAX_BODY = 4 * 1024 * 1024
-
-
-def _read(path):
-    try:
-        with open(path, "rb") as handle:
-            return handle.read()
-    except (IOError, OSError):
-        return None
 
 
 def _sha1(path):
@@ -333,7 +325,7 @@ def main():
         except ValueError as exc:
             module.fail_json(msg="release: %s" % to_text(exc))
 
-    record = parse_record(_read(p["record_path"]))
+    record = parse_record(read_bytes(p["record_path"]))
     port = p["port"]
     if port is None:
         try:

@@ -312,6 +312,7 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils._server_unit impor
     decide,
     mask_env,
     parse_record,
+    read_bytes,
     record,
     record_text,
     render_env,
@@ -326,14 +327,6 @@ ROOT_GROUP = "root"
 
 VERIFY_TIMEOUT = 120
 SYSTEMCTL_TIMEOUT = 300
-
-
-def _read(path):
-    try:
-        with open(path, "rb") as handle:
-            return handle.read()
-    except (IOError, OSError):
-        return None
 
 
 def _now():
@@ -502,9 +495,9 @@ class ServerUnit(object):
 
     def keep_last_good(self):
         """Copy the installed unit, environment file and record to last-good/."""
-        self.write_atomic(self.last_good["unit"], _read(self.unit_path), 0o644)
-        self.write_atomic(self.last_good["env"], _read(self.env_path), 0o600)
-        current_record = _read(self.record_path)
+        self.write_atomic(self.last_good["unit"], read_bytes(self.unit_path), 0o644)
+        self.write_atomic(self.last_good["env"], read_bytes(self.env_path), 0o600)
+        current_record = read_bytes(self.record_path)
         if current_record is not None:
             self.write_atomic(self.last_good["record"], current_record, 0o644)
         elif os.path.lexists(self.last_good["record"]):
@@ -519,8 +512,8 @@ class ServerUnit(object):
             self.module.fail_json(msg="cannot render the unit: %s" % to_text(exc))
         unit_sha1 = hashlib.sha1(unit_text).hexdigest()
 
-        installed_unit = _read(self.unit_path)
-        installed_env = _read(self.env_path)
+        installed_unit = read_bytes(self.unit_path)
+        installed_env = read_bytes(self.env_path)
         plan = decide(installed_unit, installed_env, unit_text, env_text)
         restart = plan["restart"]
 
@@ -538,7 +531,7 @@ class ServerUnit(object):
                                         ROOT_GROUP, "0755")
         self.changed |= dirs_changed
 
-        previous_record_text = _read(self.record_path)
+        previous_record_text = read_bytes(self.record_path)
         new_record = record(parse_record(previous_record_text), p, unit_sha1, _now(), restart,
                             env_sha1=hashlib.sha1(env_text).hexdigest())
         new_record_text = to_bytes(record_text(new_record))
@@ -607,18 +600,18 @@ class ServerUnit(object):
 
     # ----------------------------------------------------------------- state=rolled_back
     def rolled_back(self):
-        good_unit = _read(self.last_good["unit"])
-        good_env = _read(self.last_good["env"])
+        good_unit = read_bytes(self.last_good["unit"])
+        good_env = read_bytes(self.last_good["env"])
         if good_unit is None or good_env is None:
             self.module.fail_json(
                 msg="no last known good configuration: %s and %s must both exist"
                     % (self.last_good["unit"], self.last_good["env"]),
                 has_last_good=False)
-        good_record_text = _read(self.last_good["record"])
+        good_record_text = read_bytes(self.last_good["record"])
         restored = parse_record(good_record_text)
-        installed_unit = _read(self.unit_path)
-        installed_env = _read(self.env_path)
-        installed_record_text = _read(self.record_path)
+        installed_unit = read_bytes(self.unit_path)
+        installed_env = read_bytes(self.env_path)
+        installed_record_text = read_bytes(self.record_path)
         plan = decide(installed_unit, installed_env, good_unit, good_env)
         record_changed = good_record_text is not None and good_record_text != installed_record_text
 
