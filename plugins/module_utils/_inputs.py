@@ -38,7 +38,6 @@ _INT = re.compile(r"^[1-9][0-9]*$")
 _NUMBER = re.compile(r"^[-+]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][-+]?[0-9]+)?$")
 _BATCH = re.compile(r"^([1-9][0-9]*|([1-9][0-9]?|100)%)$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-_MEM_FRACTION_FLAG = re.compile(r"^-*mem[-_]fraction[-_]static$")
 
 #: What each required input means, with an example value. The GPU count and memory are
 #: not required: unset, they come from the host's GPUs.
@@ -146,12 +145,22 @@ def _planner(values):
     return []
 
 
-def mem_fraction_flags(extra_args):
-    """The entries of ``server_extra_args`` that set the static memory fraction."""
+def flag_entries(extra_args, flag):
+    """The ``(key, value)`` entries of ``server_extra_args`` that set ``flag``, in key order.
+
+    A key names the flag with any number of leading dashes and ``_`` or ``-`` between its
+    words (``--mem-fraction-static``, ``mem_fraction_static``); ``flag`` is given without
+    dashes (``mem-fraction-static``).
+    """
     if not isinstance(extra_args, dict):
         return []
     return [(k, v) for k, v in sorted(extra_args.items(), key=lambda kv: str(kv[0]))
-            if isinstance(k, str) and _MEM_FRACTION_FLAG.match(k)]
+            if isinstance(k, str) and k.lstrip("-").replace("_", "-") == flag]
+
+
+def mem_fraction_flags(extra_args):
+    """The entries of ``server_extra_args`` that set the static memory fraction."""
+    return flag_entries(extra_args, "mem-fraction-static")
 
 
 def _extra_args(values):

@@ -24,6 +24,7 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils._capacity_model im
 )
 from ansible_collections.gpufleet.sglang.plugins.module_utils._inputs import (
     count_problem,
+    flag_entries,
     is_unset,
     mem_fraction_flags,
     report,
@@ -147,10 +148,10 @@ def _is_count(value):
     return not isinstance(value, bool) and str(value).strip().isdigit()
 
 
-def server_setting(extra_args, names, planner_value):
+def server_setting(extra_args, flag, planner_value):
     """A launch flag's value from ``server_extra_args`` when given there, else the planner's."""
-    for key, value in sorted((extra_args or {}).items(), key=lambda kv: str(kv[0])):
-        if isinstance(key, str) and key.lstrip("-").replace("_", "-") in names and value not in (None, ""):
+    for _key, value in flag_entries(extra_args, flag):
+        if value not in (None, ""):
             return value
     return planner_value
 
@@ -165,9 +166,9 @@ def plan(model_path, layout, settings, extra_args):
     fraction, source = planned_fraction(settings.get("mem_fraction_static"), extra_args)
     settings = dict(settings)
     # a malformed value is left to the release's flag check, which names it
-    context = server_setting(extra_args, ("context-length",), settings.get("context_length") or 0)
+    context = server_setting(extra_args, "context-length", settings.get("context_length") or 0)
     settings["context_length"] = int(context) if _is_count(context) else int(settings.get("context_length") or 0)
-    kv_dtype = server_setting(extra_args, ("kv-cache-dtype",), settings.get("kv_dtype"))
+    kv_dtype = server_setting(extra_args, "kv-cache-dtype", settings.get("kv_dtype"))
     settings["kv_dtype"] = kv_dtype if isinstance(kv_dtype, str) else settings.get("kv_dtype")
     try:
         spec = load_model(model_path)
