@@ -33,6 +33,10 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils._strategy import (
 #: The value of an input that is not set at all.
 MISSING = object()
 
+#: The newest SGLang release the collection is tested against: the roles' default release
+#: (server_release, venv_release, benchmark_release; tests/unit keeps them in lockstep).
+NEWEST_TESTED_RELEASE = "0.5.23"
+
 _RELEASE = re.compile(r"^[0-9][0-9A-Za-z.+-]*$")
 _INT = re.compile(r"^[1-9][0-9]*$")
 _NUMBER = re.compile(r"^[-+]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][-+]?[0-9]+)?$")
@@ -40,10 +44,10 @@ _BATCH = re.compile(r"^([1-9][0-9]*|([1-9][0-9]?|100)%)$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 #: What each required input means, with an example value. The GPU count and memory are
-#: not required: unset, they come from the host's GPUs.
+#: not required: unset, they come from the host's GPUs. Nor is the release: unset, the
+#: roles install the newest release the collection is tested against (NEWEST_TESTED_RELEASE).
 REQUIRED = (
     ("strategy", "the parallelism strategy (-e strategy=... or sglang_strategy)", "pp8"),
-    ("sglang_release", "the SGLang release to install and run", "0.5.9"),
     ("sglang_model_path", "the model directory on each host (it holds config.json)", "/models/Kimi-K2.5"),
 )
 

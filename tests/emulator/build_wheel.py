@@ -141,10 +141,12 @@ def build(release, out_dir):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--release", required=True, choices=RELEASES)
+    ap.add_argument("--release", required=True, choices=RELEASES + ("all",),
+                    help="the release to emulate, or all of them (one wheel each)")
     ap.add_argument("--out", required=True, help="output directory")
     opts = ap.parse_args(argv)
-    print(os.path.abspath(build(opts.release, opts.out)))
+    for release in RELEASES if opts.release == "all" else (opts.release,):
+        print(os.path.abspath(build(release, opts.out)))
     return 0
 
 

@@ -30,13 +30,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
+import _testbed  # noqa: E402  pylint: disable=wrong-import-position
 from bad_input_report import write_report  # noqa: E402  pylint: disable=wrong-import-position
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(os.environ.get("GPUFLEET_INTEGRATION") != "1",
-                       reason="set GPUFLEET_INTEGRATION=1 to run the integration tests"),
-]
+pytestmark = _testbed.MARKS
 
 INVENTORY = os.path.join(HERE, "bad_input_inventory")
 HOST = "gpufleet-bad-1"
@@ -62,41 +59,16 @@ JUNK_HELP_PYTHON = (
 HTTP_SERVER_PIDFILE = "/run/gpufleet-bad-http.pid"
 
 
-def _env():
-    env = dict(os.environ)
-    env.setdefault("CONTAINERS_CONF", os.path.join(ROOT, "tests", "testbed", "containers.conf"))
-    env.update(ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
-               ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1", ANSIBLE_FORKS="1",
-               PATH=BIN + os.pathsep + env.get("PATH", ""))
-    return env
-
-
 def podman_exec(*cmd, check=True, detach=False):
-    argv = ["podman", "exec"] + (["-d"] if detach else []) + [HOST] + list(cmd)
-    proc = subprocess.run(argv, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          universal_newlines=True, timeout=60, check=False)
-    if check:
-        assert proc.returncode == 0, (argv, proc.stdout, proc.stderr)
-    return proc
+    return _testbed.podman_exec(HOST, *cmd, check=check, detach=detach)
 
 
 def playbook(path, *args, json_out=False, timeout=300):
-    env = _env()
-    if json_out:
-        env["ANSIBLE_STDOUT_CALLBACK"] = "ansible.posix.json"
-    argv = [os.path.join(BIN, "ansible-playbook"), "-i", INVENTORY, path] + list(args)
-    return subprocess.run(argv, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          universal_newlines=True, timeout=timeout, check=False)
+    return _testbed.playbook(INVENTORY, path, *args, json_out=json_out, timeout=timeout)
 
 
 def health():
-    try:
-        with urllib.request.urlopen("http://127.0.0.1:%d/health" % HTTP_PORT, timeout=5) as resp:
-            return resp.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
-    except OSError:
-        return -1
+    return _testbed.http_status(HTTP_PORT)
 
 
 def observe():
@@ -111,32 +83,7 @@ def observe():
             "env_sha1": lines[3], "health": health()}
 
 
-def failure(proc):
-    """(task name, message) of the failure that stopped a JSON-callback run, else stderr.
-
-    That is the last failed result (a rescued probe fails first, its rescue names the
-    input); for a loop, the first failed item's message.
-    """
-    try:
-        data = json.loads(proc.stdout)
-    except ValueError:
-        data = {}
-    found = None
-    for play in data.get("plays", []):
-        for task in play.get("tasks", []):
-            for _host, res in sorted(task.get("hosts", {}).items()):
-                if res.get("failed") or res.get("unreachable"):
-                    items = [r for r in res.get("results", []) if r.get("failed")]
-                    res = items[0] if items else res
-                    msg = res.get("msg") or res.get("censored") or json.dumps(res)[:800]
-                    if isinstance(msg, list):
-                        msg = " ".join(str(m) for m in msg)
-                    found = (task["task"]["name"], msg)
-    if found:
-        return found
-    lines = [ln for ln in (proc.stderr or "").splitlines() if ln.strip()
-             and not ln.startswith("[WARNING]")]
-    return "(ansible-playbook itself)", " ".join(lines)[-1500:]
+failure = _testbed.failure
 
 
 # --- the cases ------------------------------------------------------------------------------
@@ -166,7 +113,7 @@ def _setup_broken_model():
 def _write_script(path, content):
     proc = subprocess.run(["podman", "exec", "-i", HOST, "sh", "-c",
                            "cat > %s && chmod 0755 %s" % (path, path)],
-                          input=content, env=_env(), universal_newlines=True,
+                          input=content, env=_testbed.env(), universal_newlines=True,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
 

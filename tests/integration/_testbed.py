@@ -1,0 +1,101 @@
+# -*- coding: utf-8 -*-
+"""What the integration tests share: the environment for podman and ansible-playbook, one
+runner for each, an HTTP probe of a published port, and the failure that stopped a run."""
+
+import json
+import os
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+BIN = os.path.dirname(sys.executable)
+TESTBED = os.path.join(ROOT, "tests", "testbed")
+
+#: The marks of every integration test: they need containers and run only when asked.
+MARKS = [
+    pytest.mark.integration,
+    pytest.mark.skipif(os.environ.get("GPUFLEET_INTEGRATION") != "1",
+                       reason="set GPUFLEET_INTEGRATION=1 to run the integration tests"),
+]
+
+
+def env():
+    out = dict(os.environ)
+    out.setdefault("CONTAINERS_CONF", os.path.join(TESTBED, "containers.conf"))
+    out.update(ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
+               ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1", ANSIBLE_FORKS="1",
+               PATH=BIN + os.pathsep + out.get("PATH", ""))
+    return out
+
+
+def podman_exec(host, *cmd, check=True, detach=False):
+    argv = ["podman", "exec"] + (["-d"] if detach else []) + [host] + list(cmd)
+    proc = subprocess.run(argv, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True, timeout=60, check=False)
+    if check:
+        assert proc.returncode == 0, (argv, proc.stdout, proc.stderr)
+    return proc
+
+
+def playbook(inventories, path, *args, json_out=False, timeout=300):
+    """``ansible-playbook`` with one or more inventory sources, from the repository root."""
+    run_env = env()
+    if json_out:
+        run_env["ANSIBLE_STDOUT_CALLBACK"] = "ansible.posix.json"
+    argv = [os.path.join(BIN, "ansible-playbook")]
+    for inventory in [inventories] if isinstance(inventories, str) else inventories:
+        argv += ["-i", inventory]
+    argv += [path] + list(args)
+    return subprocess.run(argv, env=run_env, cwd=ROOT, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, universal_newlines=True, timeout=timeout,
+                          check=False)
+
+
+def http_status(port, path="/health"):
+    """The status of ``GET path`` on a port published on 127.0.0.1; -1 when nothing answers."""
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=5) as resp:
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except OSError:
+        return -1
+
+
+def failures(proc):
+    """Every failed result of a JSON-callback run, as (task name, host, message)."""
+    try:
+        data = json.loads(proc.stdout)
+    except ValueError:
+        data = {}
+    found = []
+    for play in data.get("plays", []):
+        for task in play.get("tasks", []):
+            for host, res in sorted(task.get("hosts", {}).items()):
+                if res.get("failed") or res.get("unreachable"):
+                    items = [r for r in res.get("results", []) if r.get("failed")]
+                    res = items[0] if items else res
+                    msg = res.get("msg") or res.get("censored") or json.dumps(res)[:800]
+                    if isinstance(msg, list):
+                        msg = " ".join(str(m) for m in msg)
+                    found.append((task["task"]["name"], host, msg))
+    return found
+
+
+def failure(proc):
+    """(task name, message) of the failure that stopped a JSON-callback run, else stderr.
+
+    That is the last failed result (a rescued probe fails first, its rescue names the
+    input); for a loop, the first failed item's message.
+    """
+    found = failures(proc)
+    if found:
+        return found[-1][0], found[-1][2]
+    lines = [ln for ln in (proc.stderr or "").splitlines() if ln.strip()
+             and not ln.startswith("[WARNING]")]
+    return "(ansible-playbook itself)", " ".join(lines)[-1500:]
