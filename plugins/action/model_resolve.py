@@ -32,11 +32,14 @@ class ActionModule(ActionBase):
         if "/" not in repo_id:
             return dict(result, failed=True,
                         msg="model_repo is %r: expected '<org>/<name>'" % (repo_id,))
-        try:
-            from ansible_collections.gpufleet.sglang.plugins.module_utils import _model_hub
-        except ImportError as error:
-            return dict(result, failed=True, msg="the controller needs huggingface_hub "
-                        "(requirements-dev.txt): %s" % error)
+        if args.get("manifest") is not None:  # a local source brings its own manifest
+            try:
+                manifest = _model.check_manifest(args["manifest"], repo_id, revision)
+            except _model.ModelError as error:
+                return dict(result, failed=True, msg=str(error))
+            result.update(commit=revision, manifest=manifest, hub_requests_made=False)
+            return self._plan(result, args, manifest)
+        from ansible_collections.gpufleet.sglang.plugins.module_utils import _model_hub
         if _model.is_commit(revision) and not want_tree:
             result.update(commit=revision, manifest=None, hub_requests_made=False)
             return result
@@ -51,12 +54,16 @@ class ActionModule(ActionBase):
             return dict(result, failed=True, msg=str(error))
         result.update(commit=commit, manifest=manifest, xet_advertised=xet_advertised,
                       hub_requests_made=True)
-        if manifest is not None:
-            result["total_bytes"] = _model.total_bytes(manifest)
-            hosts = args.get("hosts") or {}
-            try:
-                result["plan"] = _fanout.plan(hosts, args.get("verified") or [],
-                                              args.get("seeds") or {})
-            except ValueError as error:
-                return dict(result, failed=True, msg=str(error))
+        if manifest is None:
+            return result
+        return self._plan(result, args, manifest)
+
+    @staticmethod
+    def _plan(result, args, manifest):
+        result["total_bytes"] = _model.total_bytes(manifest)
+        try:
+            result["plan"] = _fanout.plan(args.get("hosts") or {}, args.get("verified") or [],
+                                          args.get("seeds") or {})
+        except ValueError as error:
+            return dict(result, failed=True, msg=str(error))
         return result

@@ -59,8 +59,18 @@ def model_path(root, repo_id, revision):
 
 def staging_path(path):
     """Where a directory is assembled before its one rename into ``path``."""
+    return beside(path, ".staging")
+
+
+def beside(path, suffix):
+    """A file beside the model directory (outside it and its staging directory)."""
     path = path.rstrip("/")
-    return os.path.join(os.path.dirname(path), "." + os.path.basename(path) + ".staging")
+    return os.path.join(os.path.dirname(path), "." + os.path.basename(path) + suffix)
+
+
+def last_fetch_path(path):
+    """What the last fetch into ``path`` did (source, bytes, hashing, time)."""
+    return beside(path, ".last-fetch.json")
 
 
 # --- manifest --------------------------------------------------------------------------

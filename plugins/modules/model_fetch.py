@@ -27,7 +27,8 @@ description:
     O(source=local) (a local or NFS path) with rsync.
   - Hashes every file not yet verified once, in parallel, against the manifest, writes
     the manifest and the verified marker (commit, per-file size and mtime), then renames
-    the staging directory into place.
+    the staging directory into place. What it did (source, bytes transferred and hashed,
+    time) is kept in C(.<name>.last-fetch.json) beside the directory.
   - While it runs it writes files and bytes done, the rate and the ETA to O(progress_path)
     every second (M(gpufleet.sglang.model_wait) shows it).
 requirements:
@@ -330,6 +331,9 @@ def main():
         if progress:
             progress.finish({"transferred": len(result["transferred"])})
     result["elapsed"] = time.time() - started
+    _model.write_json(_model.last_fetch_path(p["path"]),
+                      dict(result, source=p["source"], peer=p["peer"], commit=p["commit"],
+                           finished_at=time.time()))
     module.exit_json(**result)
 
 

@@ -56,6 +56,12 @@ options:
     description: List the files and plan the fan-out.
     type: bool
     default: false
+  manifest:
+    description:
+      - The files of a local source (its C(.gpufleet-manifest.json)); no Hub request is
+        made and O(revision) is the commit that manifest names.
+    type: list
+    elements: dict
   hosts:
     description: Host -> site, for the plan.
     type: dict

@@ -17,7 +17,7 @@ headers that ``huggingface_hub`` 2.4.0 really uses:
   ``Range`` (206 + ``Content-Range``).
 - ``/_admin/counters`` (GET) reads the request and byte counters, ``/_admin/reset`` (POST)
   zeroes them (``bytes_total`` counts every body, ``file_bytes_total`` only repo file bytes;
-  the counters read itself is counted after its answer), ``/_admin/knobs`` (GET/POST JSON) reads and sets the fault knobs:
+  the admin routes are not counted), ``/_admin/repo`` (GET) names the commit, ``/_admin/knobs`` (GET/POST JSON) reads and sets the fault knobs:
   ``throttle_bps`` (bytes per second per response), ``cut`` (``{"path", "after", "times"}``:
   close the connection after that many body bytes), ``corrupt`` (list of paths served with
   one byte flipped, same size), ``xet`` (advertise Xet: ``X-Xet-Hash`` header and
@@ -165,6 +165,7 @@ def make_handler(repo, state, cdn_port, role):
             return self.client_address[0]
 
         def reply(self, status, body=b"", headers=None, kind="other", file_path=None):
+            """Answer; every request but the admin routes is counted."""
             if isinstance(body, (dict, list)):
                 body = json.dumps(body).encode()
                 headers = dict(headers or {}, **{"Content-Type": "application/json"})
@@ -177,7 +178,8 @@ def make_handler(repo, state, cdn_port, role):
             if self.command != "HEAD" and body:
                 self.wfile.write(body)
                 sent = len(body)
-            state.count(kind, self.command, self.path, status, self.client(), sent, file_path)
+            if kind != "admin":
+                state.count(kind, self.command, self.path, status, self.client(), sent, file_path)
 
         def error(self, status, code, message, kind):
             headers = {"X-Error-Message": message}
