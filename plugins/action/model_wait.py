@@ -24,8 +24,12 @@ class ActionModule(ActionBase):
     TRANSFERS_FILES = False
 
     def _status(self, jid, task_vars):
+        # what the async_status action adds before it calls its module
+        async_dir = self._remote_expand_user(
+            self.get_shell_option("async_dir", default="~/.ansible_async"))
         return self._execute_module(module_name="ansible.builtin.async_status",
-                                    module_args={"jid": jid}, task_vars=task_vars)
+                                    module_args={"jid": jid, "_async_dir": async_dir},
+                                    task_vars=task_vars)
 
     def _progress(self, path, task_vars):
         found = self._execute_module(module_name="ansible.builtin.slurp",

@@ -85,3 +85,27 @@ def test_rounds_needed_and_placement_time():
     assert rows[1]["rounds"] == 8 and rows[1]["doubling_s"] < rows[1]["hub_s"] / 50
     with pytest.raises(ValueError):
         _fanout.placement_time(size, 16, wan, lan, "carrier-pigeon")
+
+
+def test_server_preflight_refuses_an_unverified_model_dir(tmp_path):
+    from ansible_collections.gpufleet.sglang.plugins.module_utils import _preflight
+    commit = "a" * 40
+    (tmp_path / "config.json").write_text("{}")
+    manifest = [{"path": "config.json", "size": 2, "algo": _model.GIT_SHA1,
+                 "digest": _model.file_digest(str(tmp_path / "config.json"), _model.GIT_SHA1)}]
+    # no marker: refused with the commit and the variable named
+    with pytest.raises(_preflight.PreflightError) as refused:
+        _preflight.check_model_dir(str(tmp_path), "h1", commit)
+    assert "not verified for commit %s" % commit in str(refused.value)
+    assert "server_model_commit" in str(refused.value)
+    # verified: accepted; without a commit the check is the old one (config.json only)
+    good, bad, _ = _model.verify_files(str(tmp_path), manifest)
+    assert not bad
+    _model.write_json(str(tmp_path / _model.MANIFEST), {"files": manifest})
+    _model.write_marker(str(tmp_path), "o/n", commit, good)
+    _preflight.check_model_dir(str(tmp_path), "h1", commit)
+    # a file changed after verification: refused again
+    (tmp_path / "config.json").write_text('{"x": 1}')
+    with pytest.raises(_preflight.PreflightError):
+        _preflight.check_model_dir(str(tmp_path), "h1", commit)
+    _preflight.check_model_dir(str(tmp_path), "h1")
