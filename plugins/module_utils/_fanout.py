@@ -1,6 +1,9 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) gpufleet.sglang contributors
 # MIT License (see LICENSE)
+#
+# This module util is PRIVATE to the gpufleet.sglang collection. It may change
+# without notice; do not use it from outside the collection.
 """Once per site, then the LAN: who downloads from the Hub, and who pulls from whom.
 
 Each site (the hosts that share a LAN) needs one copy from the Hub. If a host of the site
@@ -77,8 +80,12 @@ def rounds_needed(hosts, sources=1):
     return rounds
 
 
-def placement_time(size, hosts, wan_bps, lan_bps, mode="doubling", sites=1):
+def placement_time(size, hosts, wan_bps, lan_bps, mode="doubling", sites=1, hash_bps=None):
     """Seconds to place ``size`` bytes on ``hosts`` hosts (split evenly over ``sites``).
+
+    ``hash_bps``: the rate one host verifies at (all its cores; about 150 MiB/s a core
+    here). A host serves only a verified copy, so with doubling every round also waits for
+    one verification; with every host pulling from the Hub, each verifies once at the end.
 
     - ``hub``: every host downloads from the Hub; a site's hosts share its WAN link, and a
       host cannot receive faster than its LAN port: ``size / min(wan / hosts_per_site,
@@ -88,19 +95,23 @@ def placement_time(size, hosts, wan_bps, lan_bps, mode="doubling", sites=1):
       Without pipelining: a host serves only once it holds a verified copy.
     """
     per_site = int(math.ceil(hosts / float(sites)))
+    verify = size / hash_bps if hash_bps else 0.0
     if mode == "hub":
-        return size / min(wan_bps / per_site, lan_bps)
+        return size / min(wan_bps / per_site, lan_bps) + verify
     if mode == "doubling":
-        return size / min(wan_bps, lan_bps) + rounds_needed(per_site) * size / lan_bps
+        return (size / min(wan_bps, lan_bps) + verify
+                + rounds_needed(per_site) * (size / lan_bps + verify))
     raise ValueError("mode %r: expected hub or doubling" % mode)
 
 
-def figures(size, host_counts, wan_bps, lan_bps):
+def figures(size, host_counts, wan_bps, lan_bps, hash_bps=None):
     """Rows of the model for the doc: hosts, rounds, hub seconds, doubling seconds, WAN bytes."""
     rows = []
     for hosts in host_counts:
         rows.append({"hosts": hosts, "rounds": rounds_needed(hosts),
-                     "hub_s": placement_time(size, hosts, wan_bps, lan_bps, "hub"),
-                     "doubling_s": placement_time(size, hosts, wan_bps, lan_bps, "doubling"),
+                     "hub_s": placement_time(size, hosts, wan_bps, lan_bps, "hub",
+                                             hash_bps=hash_bps),
+                     "doubling_s": placement_time(size, hosts, wan_bps, lan_bps, "doubling",
+                                                  hash_bps=hash_bps),
                      "wan_bytes_hub": size * hosts, "wan_bytes_doubling": size})
     return rows

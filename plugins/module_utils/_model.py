@@ -1,6 +1,9 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) gpufleet.sglang contributors
 # MIT License (see LICENSE)
+#
+# This module util is PRIVATE to the gpufleet.sglang collection. It may change
+# without notice; do not use it from outside the collection.
 """Model weights on a host: the manifest, hashing, the verified marker and placement.
 
 The manifest is the Hub's tree listing at one commit: each file's path, size and digest
@@ -273,11 +276,13 @@ def space_check(target_dir, manifest, present, free=None):
     if free is None:
         free = shutil.disk_usage(probe).free
     if needed > free:
-        raise ModelError(
+        error = ModelError(
             "not enough space for the model under %s: needed %d bytes (%s still missing of "
             "%s, staged in %s), free %d bytes (%s); nothing was transferred"
             % (probe, needed, human(needed), human(total_bytes(manifest)), target_dir, free,
                human(free)))
+        error.needed, error.free = needed, free
+        raise error
     return needed, free
 
 

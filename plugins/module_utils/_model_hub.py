@@ -1,6 +1,9 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) gpufleet.sglang contributors
 # MIT License (see LICENSE)
+#
+# This module util is PRIVATE to the gpufleet.sglang collection. It may change
+# without notice; do not use it from outside the collection.
 """The Hub side of the model step, through the real huggingface_hub client.
 
 - :func:`resolve` (controller, once for the fleet): a branch or tag to the 40-hex commit

@@ -275,6 +275,7 @@ def main():
         result["needed_bytes"], result["free_bytes"] = _model.space_check(
             os.path.dirname(p["path"].rstrip("/")), manifest, present, p["free_bytes"])
     except _model.ModelError as error:
+        result.update(needed_bytes=getattr(error, "needed", 0), free_bytes=getattr(error, "free", 0))
         module.fail_json(msg="%s: %s" % (p["path"], error), **result)
     if p["space_only"] or module.check_mode:
         result["elapsed"] = time.time() - started

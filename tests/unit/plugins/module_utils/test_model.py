@@ -81,6 +81,9 @@ def test_rounds_needed_and_placement_time():
     assert _fanout.placement_time(size, 16, wan, lan, "hub") == pytest.approx(size * 16 / wan)
     assert _fanout.placement_time(size, 16, wan, lan, "doubling") == pytest.approx(
         size / wan + 4 * size / lan)
+    hashing = 8 * 150 * 2 ** 20  # 8 cores
+    assert _fanout.placement_time(size, 16, wan, lan, "doubling", hash_bps=hashing) == \
+        pytest.approx(size / wan + size / hashing + 4 * (size / lan + size / hashing))
     rows = _fanout.figures(size, [16, 256], wan, lan)
     assert rows[1]["rounds"] == 8 and rows[1]["doubling_s"] < rows[1]["hub_s"] / 50
     with pytest.raises(ValueError):
