@@ -239,9 +239,12 @@ class Progress(object):
         self.thread.start()
         return self
 
-    def finish(self, result):
+    def finish(self, result, base=None):
+        """The last figures, from ``base`` (the placed directory) when the staging one is gone."""
         self.stop_event.set()
         self.thread.join(5)
+        if base and not os.path.isdir(self.staging):
+            self.staging = base
         data = self.sample()
         data.update(finished=True, result=result)
         self.write_json(self.path, data)

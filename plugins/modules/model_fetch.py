@@ -330,7 +330,7 @@ def main():
                          exception=traceback.format_exc(), **result)
     finally:
         if progress:
-            progress.finish({"transferred": len(result["transferred"])})
+            progress.finish({"transferred": len(result["transferred"])}, p["path"])
     result["elapsed"] = time.time() - started
     _model.write_json(_model.last_fetch_path(p["path"]),
                       dict(result, source=p["source"], peer=p["peer"], commit=p["commit"],
