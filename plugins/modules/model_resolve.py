@@ -22,7 +22,7 @@ description:
   - Refuses early an unknown repo or revision, a 401 or 403 (naming C(model_hf_token),
     never printing it) and an endpoint that advertises Xet without serving it when
     O(xet=true) (set C(model_xet=false), that is C(HF_HUB_DISABLE_XET=1)).
-  - With O(tree=true), plans the fan-out: per site, the host that downloads from the Hub
+  - With O(tree=true), plans the fan-out. Per site, the host that downloads from the Hub
     (none when a host of the site is verified already) and the rounds in which every
     verified host serves one more host.
 extends_documentation_fragment:

@@ -392,8 +392,8 @@ def make_handler(repo, state, cdn_port, role):
                 headers.update({
                     "X-Linked-Etag": '"%s"' % entry["lfs"]["oid"],
                     "X-Linked-Size": str(entry["size"]),
-                    "Location": "http://%s:%d/cdn/%s/%s" % (host, cdn_port, entry["lfs"]["oid"],
-                                                           quote(path)),
+                    "Location": "http://%s:%d/cdn/%s/%s" % (
+                        host, cdn_port, entry["lfs"]["oid"], quote(path)),
                 })
                 self.reply(302, b"", headers, kind, None)
                 return
