@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """A read-only Hugging Face Hub double for the tests (issue 11). Standard library only.
 
 It serves ONE small generated model repo (a real ``config.json`` from the fixtures, a few
@@ -29,7 +28,6 @@ Run: ``python3 hub_double.py --port 39350 --cdn-port 39351 --config-json config.
 import argparse
 import hashlib
 import json
-import os
 import random
 import socket
 import struct
@@ -215,7 +213,7 @@ def make_handler(repo, state, cdn_port, role):
             headers.update(extra or {})
             range_header = self.headers.get("Range")
             if range_header and range_header.startswith("bytes="):
-                first, _, last = range_header[6:].partition("-")
+                first, _dash, last = range_header[6:].partition("-")
                 start = int(first) if first else 0
                 end = int(last) if last else len(data) - 1
                 if start >= len(data):
@@ -347,7 +345,7 @@ def make_handler(repo, state, cdn_port, role):
         def tree(self, rest, query):
             if not self.authorized("tree"):
                 return
-            rev, _, sub = rest.partition("/")
+            rev, _slash, sub = rest.partition("/")
             commit = repo.resolve(rev)
             if commit is None:
                 self.error(404, "RevisionNotFound", "Invalid rev id: %s" % rev, "tree")
@@ -373,7 +371,7 @@ def make_handler(repo, state, cdn_port, role):
             kind = "head" if self.command == "HEAD" else "resolve_get"
             if not self.authorized(kind):
                 return
-            rev, _, path = rest.partition("/")
+            rev, _slash, path = rest.partition("/")
             commit = repo.resolve(rev)
             if commit is None:
                 self.error(404, "RevisionNotFound", "Invalid rev id: %s" % rev, kind)
