@@ -69,7 +69,7 @@ def test_resolve_refuses_xet_advertised_not_served(hub):
 
 
 def test_download_verify_marker_quick_and_deep(hub, tmp_path):
-    commit, manifest, _ = resolved(hub)
+    commit, manifest, _xet = resolved(hub)
     staging = str(tmp_path / "stage")
     _model_hub.download(staging, REPO_ID, commit, manifest, hub.endpoint)
     good, bad, hashed = _model.verify_files(staging, manifest, workers=3)
@@ -91,7 +91,7 @@ def test_download_verify_marker_quick_and_deep(hub, tmp_path):
     os.utime(shard, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert _model.quick_check(final, commit)["verified"]
     # ... hashing can
-    _, bad, _ = _model.verify_files(final, manifest)
+    _good, bad, _hashed = _model.verify_files(final, manifest)
     assert list(bad) == ["model-00002-of-00003.safetensors"]
     # a truncation with a new mtime: the quick check sees it
     with open(shard, "r+b") as handle:
@@ -101,11 +101,11 @@ def test_download_verify_marker_quick_and_deep(hub, tmp_path):
 
 
 def test_corrupt_mirror_bytes_are_caught_by_verify(hub, tmp_path):
-    commit, manifest, _ = resolved(hub)
+    commit, manifest, _xet = resolved(hub)
     knobs(hub, corrupt=["model-00001-of-00003.safetensors"])
     staging = str(tmp_path / "stage")
     _model_hub.download(staging, REPO_ID, commit, manifest, hub.endpoint)
-    _, bad, _ = _model.verify_files(staging, manifest)
+    _good, bad, _hashed = _model.verify_files(staging, manifest)
     assert list(bad) == ["model-00001-of-00003.safetensors"]
     assert "sha256" in bad["model-00001-of-00003.safetensors"]
 
@@ -113,7 +113,7 @@ def test_corrupt_mirror_bytes_are_caught_by_verify(hub, tmp_path):
 def test_a_killed_download_is_continued_with_range(hub, tmp_path):
     """A partial file as huggingface_hub leaves it after a killed process: continued, and the
     double counts only the missing bytes. Without the resume the whole file is fetched again."""
-    commit, manifest, _ = resolved(hub)
+    commit, manifest, _xet = resolved(hub)
     shard = [m for m in manifest if m["path"] == "model-00003-of-00003.safetensors"][0]
     data = hub.repo.files[shard["path"]]
 

@@ -102,7 +102,7 @@ def test_server_preflight_refuses_an_unverified_model_dir(tmp_path):
     assert "not verified for commit %s" % commit in str(refused.value)
     assert "server_model_commit" in str(refused.value)
     # verified: accepted; without a commit the check is the old one (config.json only)
-    good, bad, _ = _model.verify_files(str(tmp_path), manifest)
+    good, bad, _hashed = _model.verify_files(str(tmp_path), manifest)
     assert not bad
     _model.write_json(str(tmp_path / _model.MANIFEST), {"files": manifest})
     _model.write_marker(str(tmp_path), "o/n", commit, good)

@@ -45,7 +45,7 @@ def test_local_source_placed_verified_and_idempotent(run_module, tmp_path, sourc
     assert not os.path.exists(_model.staging_path(args["path"]))
     again, failed = run_module(model_fetch, args)
     assert not failed and not again["changed"] and again["bytes_hashed"] == 0
-    state, _ = run_module(model_check, {"path": args["path"], "commit": COMMIT, "deep": True})
+    state, _failed = run_module(model_check, {"path": args["path"], "commit": COMMIT, "deep": True})
     assert state["verified"] and state["bytes_hashed"] == _model.total_bytes(manifest)
 
 
