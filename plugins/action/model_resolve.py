@@ -56,6 +56,13 @@ class ActionModule(ActionBase):
                       hub_requests_made=True)
         if manifest is None:
             return result
+        capacity = args.get("capacity") or {}
+        if capacity.get("strategy") and capacity.get("gpu_count") and capacity.get("gpu_memory_mib"):
+            try:
+                result["capacity_plan"] = _model_hub.plan_before_transfer(
+                    endpoint, repo_id, commit, token, capacity)
+            except _model.ModelError as error:
+                return dict(result, failed=True, msg=str(error))
         return self._plan(result, args, manifest)
 
     @staticmethod

@@ -107,6 +107,44 @@ def _check_xet_served(api, endpoint, repo_id, commit, token):
             "downloads over plain HTTP)" % (endpoint, repo_id, url, response.status_code))
 
 
+def plan_before_transfer(endpoint, repo_id, commit, token, capacity):
+    """Plan the GPU memory from the commit's config.json, fetched alone, before any weight moves.
+
+    ``capacity`` holds ``strategy``, ``gpu_count``, ``gpu_memory_mib`` and optionally
+    ``nnodes``, ``mem_fraction_static``, ``context_length``, ``kv_dtype``, ``extra_args``,
+    ``allow_unfit``: the same planner and verdict as the server's preflight. Returns the
+    plan; raises ModelError when the strategy cannot run or does not fit.
+    """
+    import tempfile
+    from ansible_collections.gpufleet.sglang.plugins.module_utils import _preflight
+    from huggingface_hub import errors, hf_hub_download
+    folder = tempfile.mkdtemp(prefix="gpufleet-model-config.")
+    try:
+        hf_hub_download(repo_id, "config.json", revision=commit, local_dir=folder,
+                        endpoint=endpoint, token=token or False)
+    except (errors.HfHubHTTPError, errors.RepositoryNotFoundError) as error:
+        raise _refusal(error, repo_id, commit, endpoint, token)
+    nnodes = int(capacity.get("nnodes") or 1)
+    try:
+        layout = _preflight.fit_layout(capacity["strategy"], None, capacity["gpu_count"], nnodes,
+                                       "the fleet")
+        settings = {"gpu_count": capacity["gpu_count"],
+                    "gpu_memory_mib": capacity["gpu_memory_mib"], "nnodes": nnodes,
+                    "mem_fraction_static": float(capacity.get("mem_fraction_static") or 0.0),
+                    "context_length": int(capacity.get("context_length") or 0),
+                    "kv_dtype": capacity.get("kv_dtype") or "auto"}
+        plan, _warnings = _preflight.plan(folder, layout, settings,
+                                          capacity.get("extra_args") or {})
+        _preflight.judge_plan(plan, "the fleet", bool(capacity.get("allow_unfit")))
+    except _preflight.PreflightError as error:
+        raise ModelError("refused before the transfer (planned from %s's config.json at %s): %s"
+                         % (repo_id, commit, error))
+    finally:
+        import shutil
+        shutil.rmtree(folder, ignore_errors=True)
+    return plan
+
+
 def _orphans(staging, item):
     """huggingface_hub's partial files of this manifest entry (any process, any id)."""
     folder = os.path.join(staging, ".cache", "huggingface", "download",

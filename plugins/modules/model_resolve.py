@@ -62,6 +62,15 @@ options:
         made and O(revision) is the commit that manifest names.
     type: list
     elements: dict
+  capacity:
+    description:
+      - With O(tree=true), plan the GPU memory before any weight moves, from the commit's
+        C(config.json) fetched alone, with the server preflight's planner and verdict.
+      - Keys C(strategy), C(gpu_count), C(gpu_memory_mib) (all three needed, else no plan),
+        and C(nnodes), C(mem_fraction_static), C(context_length), C(kv_dtype),
+        C(extra_args), C(allow_unfit).
+      - A strategy that cannot run or does not fit is refused.
+    type: dict
   hosts:
     description: Host -> site, for the plan.
     type: dict
@@ -108,6 +117,10 @@ xet_advertised:
   description: Whether the tree advertises Xet storage.
   type: bool
   returned: when the Hub was asked
+capacity_plan:
+  description: The memory plan made before the transfer (with O(capacity)).
+  type: dict
+  returned: with O(capacity)
 hub_requests_made:
   description: Whether the Hub was asked at all.
   type: bool

@@ -146,3 +146,22 @@ def test_space_check_names_both_numbers(tmp_path):
     with pytest.raises(_model.ModelError) as refused:
         _model.space_check(str(tmp_path / "m"), manifest, 400, free=599)
     assert "needed 600 bytes" in str(refused.value) and "free 599 bytes" in str(refused.value)
+
+
+@pytest.mark.parametrize("memory_mib,fits", [(97887, True), (24576, False)])
+def test_plan_before_transfer_from_config_json_alone(hub, memory_mib, fits):
+    """The double serves the real Kimi-K2.5 config.json: pp8 over 8 x 96 GiB fits, over
+    8 x 24 GiB it does not; only config.json moves (no shard byte) either way."""
+    capacity = {"strategy": "pp8", "gpu_count": 8, "gpu_memory_mib": memory_mib}
+    if fits:
+        plan = _model_hub.plan_before_transfer(hub.endpoint, REPO_ID, hub.repo.commit, "",
+                                               capacity)
+        assert plan["fits"]
+    else:
+        with pytest.raises(_model.ModelError) as refused:
+            _model_hub.plan_before_transfer(hub.endpoint, REPO_ID, hub.repo.commit, "",
+                                            capacity)
+        assert "refused before the transfer" in str(refused.value)
+        assert "pp8" in str(refused.value) and "fit" in str(refused.value)
+        assert "tp*pp must equal" not in str(refused.value)
+    assert set(hub.state.counters()["bytes_by_path"]) == {"config.json"}
