@@ -29,6 +29,7 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils._inputs import (
     mem_fraction_flags,
     report,
 )
+from ansible_collections.gpufleet.sglang.plugins.module_utils._model import quick_check
 from ansible_collections.gpufleet.sglang.plugins.module_utils._strategy import (
     StrategyError,
     resolve,
@@ -117,8 +118,13 @@ def fit_layout(strategy, layout, gpus_per_node, nnodes, host):
         raise PreflightError("%s: %s" % (host, exc))
 
 
-def check_model_dir(model_path, host):
-    """Refuse a model directory without config.json (the planner and the server need it)."""
+def check_model_dir(model_path, host, commit=None):
+    """Refuse a model directory without config.json (the planner and the server need it).
+
+    With ``commit`` (the model step's resolved commit), also refuse a directory without a
+    valid verified marker for that commit (gpufleet.sglang.model): a server never starts
+    from weights that were not verified, or changed since.
+    """
     if not model_path.startswith("/"):
         raise PreflightError(
             "server_model_path: %s is not a directory on %s; the capacity plan needs the "
@@ -128,6 +134,13 @@ def check_model_dir(model_path, host):
         raise PreflightError(
             "server_model_path: the model directory %s has no config.json (is the model "
             "downloaded to this path on %s?)" % (model_path, host))
+    if commit:
+        state = quick_check(model_path, commit)
+        if not state["verified"]:
+            raise PreflightError(
+                "server_model_path: the model directory %s on %s is not verified for commit %s "
+                "(server_model_commit): %s; run the model step (gpufleet.sglang.model) first"
+                % (model_path, host, commit, "; ".join(state["problems"][:5])))
 
 
 def planned_fraction(planner_fraction, extra_args):

@@ -44,6 +44,12 @@ options:
     description: Model directory on the host; it must hold C(config.json).
     type: str
     required: true
+  model_commit:
+    description:
+      - The commit the model step resolved; when set, O(model_path) must hold a valid
+        verified marker for it (M(gpufleet.sglang.model_check) quick check), else nothing
+        starts.
+    type: str
   layout:
     description:
       - The layout (C(name), C(tp), C(pp), C(ep), C(dp)), as M(gpufleet.sglang.deploy_check)
@@ -355,6 +361,7 @@ def main():
             host=dict(type="str", required=True),
             python=dict(type="path", required=True),
             model_path=dict(type="str", required=True),
+            model_commit=dict(type="str"),
             layout=dict(type="dict", required=True),
             strategy=dict(type="str"),
             multinode=dict(type="dict"),
@@ -377,7 +384,7 @@ def main():
     gpus, layout = check_gpus(module, params, result)
     settings = dict(params["plan"], gpu_count=gpus["count"], gpu_memory_mib=gpus["memory_mib"])
     try:
-        check_model_dir(params["model_path"], params["host"])
+        check_model_dir(params["model_path"], params["host"], params["model_commit"])
         plan, model_warnings = plan_memory(params["model_path"], layout, settings,
                                            params["extra_args"])
         result.update(plan=plan, pp_layer_partition=plan.get("pp_layer_partition") or "")

@@ -508,3 +508,25 @@ def test_fault_limited_to_node_ranks(tmp_path):
             spared.kill()
     records = [json.loads(line) for line in (tmp_path / "starts.jsonl").read_text().splitlines()]
     assert records[-1]["fault"] is None
+
+
+def test_missing_shard_named_by_the_index_refuses_to_start(tmp_path):
+    """A shard the index names is missing: the scheduler dies before loading, naming it;
+    with every shard present the same directory gets past the check (load begins)."""
+    model = tmp_path / "model"
+    model.mkdir()
+    index = {"metadata": {}, "weight_map": {"a": "model-00001-of-00002.safetensors",
+                                            "b": "model-00002-of-00002.safetensors"}}
+    (model / "model.safetensors.index.json").write_text(json.dumps(index))
+    (model / "model-00001-of-00002.safetensors").write_bytes(b"x")
+    res = run_cli(tmp_path, ["--model-path", str(model), "--tp", "1"], "0.5.9",
+                  SGLANG_EMULATOR_LOAD_SECONDS="0")
+    err = res.stderr.decode()
+    assert res.returncode == 1
+    assert ("does not appear to have a file named model-00002-of-00002.safetensors which is "
+            "required according to the checkpoint index.") in err
+    assert "Load weight begin" not in err
+    from sglang._emulator.main import missing_shards
+    assert missing_shards(str(model)) == ["model-00002-of-00002.safetensors"]
+    (model / "model-00002-of-00002.safetensors").write_bytes(b"x")
+    assert missing_shards(str(model)) == []

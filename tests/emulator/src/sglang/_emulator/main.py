@@ -1,6 +1,7 @@
 """Lifecycle of the emulated ``launch_server``: parse, check the machine, rendezvous,
 load weights (port closed), listen, warm up (health 503), ready (200)."""
 
+import json
 import os
 import signal
 import sys
@@ -118,6 +119,23 @@ def _load_weights(seconds, fault, prefix, release=None, args=None, mem=None):
     return 0
 
 
+def missing_shards(model_path):
+    """Shards that model.safetensors.index.json names and the directory lacks.
+
+    The wording of the refusal is transformers' (utils/hub.py, get_checkpoint_shard_files:
+    "... does not appear to have a file named ... which is required according to the
+    checkpoint index."); SGLang's own loader (model_loader/weight_utils.py,
+    filter_duplicate_safetensors_files) reads the same weight_map.
+    """
+    index = os.path.join(model_path or "", "model.safetensors.index.json")
+    if not os.path.isfile(index):
+        return []
+    with open(index) as handle:
+        weight_map = json.load(handle).get("weight_map") or {}
+    return sorted(name for name in set(weight_map.values())
+                  if not os.path.isfile(os.path.join(model_path, name)))
+
+
 def _is_tp_rank0(prefix):
     """The scheduler's debug line comes from TP rank 0 only."""
     return prefix in ("TP0", "node0 TP0")
@@ -193,6 +211,11 @@ def main(argv):
             log("ERROR: multi-node init failed: %s" % exc, prefix)
             return 1
 
+    missing = missing_shards(args.get("model_path"))
+    if missing:
+        return _die_in_scheduler(OSError(
+            "%s does not appear to have a file named %s which is required according to the "
+            "checkpoint index." % (args.get("model_path"), missing[0])), prefix)
     rc = _load_weights(_env_float("SGLANG_EMULATOR_LOAD_SECONDS", 3), fault, prefix,
                        release, args, mem)
     if rc:

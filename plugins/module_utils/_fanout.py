@@ -1,0 +1,117 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.sglang contributors
+# MIT License (see LICENSE)
+#
+# This module util is PRIVATE to the gpufleet.sglang collection. It may change
+# without notice; do not use it from outside the collection.
+"""Once per site, then the LAN: who downloads from the Hub, and who pulls from whom.
+
+Each site (the hosts that share a LAN) needs one copy from the Hub. If a host of the site
+already holds a verified copy it is the source; otherwise the site's seed (its first host,
+or the one marked seed) downloads. Then every round, each host that holds a verified copy
+serves exactly one host that does not, so the number of sources doubles every round:
+``ceil(log2(n))`` rounds for ``n`` hosts with one seed.
+
+:func:`placement_time` is the model behind docs/model-weights.md: time to put a model of
+``size`` bytes on ``n`` hosts.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import math
+
+
+def plan(hosts, verified=(), seeds=None):
+    """The fan-out plan.
+
+    ``hosts`` maps host -> site (in inventory order); ``verified`` is the hosts that hold a
+    verified copy already; ``seeds`` maps site -> the host that should download (default:
+    the site's first host). Returns ``{"hub": [hosts that download from the Hub],
+    "rounds": [{target: source}, ...], "sites": {site: [hosts]}}``.
+    """
+    seeds = dict(seeds or {})
+    verified = set(verified)
+    sites = {}
+    for host, site in hosts.items():
+        sites.setdefault(site, []).append(host)
+    hub = []
+    per_site_rounds = []
+    for site, members in sites.items():
+        have = [h for h in members if h in verified]
+        if not have:
+            seed = seeds.get(site) or members[0]
+            if seed not in members:
+                raise ValueError("model seed %r of site %r is not a host of that site (%s)"
+                                 % (seed, site, ", ".join(members)))
+            hub.append(seed)
+            have = [seed]
+        need = [h for h in members if h not in have]
+        rounds = []
+        while need:
+            pairs = {}
+            for source in list(have):
+                if not need:
+                    break
+                target = need.pop(0)
+                pairs[target] = source
+            rounds.append(pairs)
+            have.extend(pairs)
+        per_site_rounds.append(rounds)
+    depth = max([len(r) for r in per_site_rounds] or [0])
+    merged = []
+    for index in range(depth):
+        pairs = {}
+        for rounds in per_site_rounds:
+            if index < len(rounds):
+                pairs.update(rounds[index])
+        merged.append(pairs)
+    return {"hub": hub, "rounds": merged, "sites": sites}
+
+
+def rounds_needed(hosts, sources=1):
+    """Rounds to reach ``hosts`` hosts from ``sources`` copies when sources double."""
+    rounds = 0
+    have = sources
+    while have < hosts:
+        have *= 2
+        rounds += 1
+    return rounds
+
+
+def placement_time(size, hosts, wan_bps, lan_bps, mode="doubling", sites=1, hash_bps=None):
+    """Seconds to place ``size`` bytes on ``hosts`` hosts (split evenly over ``sites``).
+
+    ``hash_bps``: the rate one host verifies at (all its cores; about 150 MiB/s a core
+    here). A host serves only a verified copy, so with doubling every round also waits for
+    one verification; with every host pulling from the Hub, each verifies once at the end.
+
+    - ``hub``: every host downloads from the Hub; a site's hosts share its WAN link, and a
+      host cannot receive faster than its LAN port: ``size / min(wan / hosts_per_site,
+      lan)``.
+    - ``doubling``: one download per site over the WAN, then ``ceil(log2(hosts_per_site))``
+      rounds of whole-copy transfers at LAN speed (one sender per receiver per round).
+      Without pipelining: a host serves only once it holds a verified copy.
+    """
+    per_site = int(math.ceil(hosts / float(sites)))
+    verify = size / hash_bps if hash_bps else 0.0
+    if mode == "hub":
+        return size / min(wan_bps / per_site, lan_bps) + verify
+    if mode == "doubling":
+        return (size / min(wan_bps, lan_bps) + verify
+                + rounds_needed(per_site) * (size / lan_bps + verify))
+    raise ValueError("mode %r: expected hub or doubling" % mode)
+
+
+def figures(size, host_counts, wan_bps, lan_bps, hash_bps=None):
+    """Rows of the model for the doc: hosts, rounds, hub seconds, doubling seconds, WAN bytes."""
+    rows = []
+    for hosts in host_counts:
+        rows.append({"hosts": hosts, "rounds": rounds_needed(hosts),
+                     "hub_s": placement_time(size, hosts, wan_bps, lan_bps, "hub",
+                                             hash_bps=hash_bps),
+                     "doubling_s": placement_time(size, hosts, wan_bps, lan_bps, "doubling",
+                                                  hash_bps=hash_bps),
+                     "wan_bytes_hub": size * hosts, "wan_bytes_doubling": size})
+    return rows
