@@ -47,8 +47,11 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 #: not required: unset, they come from the host's GPUs. Nor is the release: unset, the
 #: roles install the newest release the collection is tested against (NEWEST_TESTED_RELEASE).
 REQUIRED = (
-    ("strategy", "the parallelism strategy (-e strategy=... or sglang_strategy)", "pp8"),
-    ("sglang_model_path", "the model directory on each host (it holds config.json)", "/models/Kimi-K2.5"),
+    ("strategy", "strategy", "the parallelism strategy (-e sglang_strategy=... or -e strategy=...)", "pp8"),
+    # the model path follows from the repo (gpufleet.sglang.model_dir); either one will do
+    ("sglang_model_path", "sglang_model_repo",
+     "the model: a Hugging Face repo id the model step places on every host, or "
+     "sglang_model_path, a directory on each host that already holds it", "moonshotai/Kimi-K2.5"),
 )
 
 
@@ -97,9 +100,8 @@ def count_problem(name, value, example):
 
 def _missing(values):
     problems = []
-    for name, meaning, example in REQUIRED:
-        value = values.get(name, MISSING)
-        if value is MISSING or value is None or (isinstance(value, str) and not value.strip()):
+    for key, name, meaning, example in REQUIRED:
+        if is_unset(values.get(key, MISSING)):
             problems.append("%s is not set: %s (e.g. %s)" % (name, meaning, example))
     return problems
 

@@ -69,7 +69,7 @@ def test_a_bare_inventory_is_refused_once_naming_every_required_input(run):
     assert proc.returncode != 0
     msg = results["h1"]["msg"]
     assert msg.startswith("h1: 2 problems with the deploy inputs:")
-    for name in ("strategy", "sglang_model_path"):
+    for name in ("strategy", "sglang_model_repo"):
         assert "- %s is not set" % name in msg
     # the release defaults to the newest tested one
     assert "sglang_release" not in msg

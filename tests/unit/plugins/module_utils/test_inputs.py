@@ -28,7 +28,8 @@ def test_a_bare_inventory_learns_every_required_input_in_one_run():
     problems = check_fields({})
     names = [p.split(" ")[0] for p in problems]
     # the release has a default (the newest tested one), the GPUs come from the host
-    assert names == ["strategy", "sglang_model_path"]
+    assert names == ["strategy", "sglang_model_repo"]
+    assert "or sglang_model_path" in problems[1]
     for problem in problems:
         assert "is not set:" in problem and "(e.g. " in problem
 
@@ -95,7 +96,7 @@ def test_several_problems_are_listed_together():
     assert len(problems) == 3
     text = _inputs.report(problems, "gpu-1")
     assert text.startswith("gpu-1: 3 problems with the deploy inputs:\n- ")
-    assert "sglang_model_path is not set" in text and "server_port must be" in text
+    assert "sglang_model_repo is not set" in text and "server_port must be" in text
 
 
 @pytest.mark.parametrize("strategy, gpus, nnodes, expect", [
