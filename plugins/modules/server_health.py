@@ -76,6 +76,11 @@ options:
       - O(timeout) still ends the wait with a failure when it runs out first.
     type: int
     default: 0
+  last_phase:
+    description:
+      - With O(progress_every), the phase the caller showed last; the module returns as soon
+        as the server is in another phase, so that each phase is shown when it begins.
+    type: str
 """
 
 EXAMPLES = r"""
@@ -322,7 +327,8 @@ class Waiter(object):
                     waited = max(waited, time.time() - self.progress.started_at)
                 self.fail("server at %s not ready after %d s: %s" % (base, waited, state),
                           path=path)
-            if report_at is not None and now >= report_at:
+            if report_at is not None and (now >= report_at or (
+                    params["last_phase"] is not None and report["phase"] != params["last_phase"])):
                 return result
             next_stop = min(deadline, report_at or deadline)
             time.sleep(min(params["interval"], max(0.05, next_stop - now)))
@@ -341,6 +347,7 @@ def main():
             journal_lines=dict(type="int", default=40),
             api_key=dict(type="str", no_log=True),
             progress_every=dict(type="int", default=0),
+            last_phase=dict(type="str"),
         ),
         required_one_of=[("release", "path")],
         supports_check_mode=True,

@@ -124,9 +124,12 @@ def test_bad_input(run_module, args, msg):
     assert failed and msg in result["msg"]
 
 
+STARTED = int(time.time()) - 10  # the unit's ExecMainStartTimestamp in these tests
+
+
 def _journal_bin(tmp_path, messages):
     """A journalctl that answers this start's entries as ``-o json`` (and checks the match)."""
-    lines = "\n".join(json.dumps({"__REALTIME_TIMESTAMP": str(int((1000 + i) * 1e6)),
+    lines = "\n".join(json.dumps({"__REALTIME_TIMESTAMP": str(int((STARTED + 1 + i) * 1e6)),
                                   "MESSAGE": m}) for i, m in enumerate(messages))
     (tmp_path / "journal.json").write_text(lines + "\n")
     _fake_bin(tmp_path, "journalctl", """
@@ -146,8 +149,8 @@ if [ %d = 1 ] && [ $n -ge 3 ]; then
 else
   printf 'ActiveState=active\\nSubState=running\\nResult=success\\nNRestarts=0\\nMainPID=42\\n'
 fi
-printf 'InvocationID=abc123\\nExecMainStartTimestamp=@999\\n'
-""" % (tmp_path, 1 if then_failed else 0))
+printf 'InvocationID=abc123\\nExecMainStartTimestamp=@%d\\n'
+""" % (tmp_path, 1 if then_failed else 0, STARTED))
 
 
 def test_returns_the_load_phase_every_progress_interval(run_module, tmp_path, monkeypatch):
@@ -167,7 +170,7 @@ def test_returns_the_load_phase_every_progress_interval(run_module, tmp_path, mo
     assert result["shards"] == {"done": 16, "total": 64, "percent": 25}
     assert result["summary"].startswith("loading weights 16/64 shards (25%)")
     assert [p["phase"] for p in result["phases"]] == ["starting", "loading"]
-    assert result["phases"][0]["seconds"] == 1.0  # unit start (999) to the first line (1000)
+    assert result["phases"][0]["seconds"] == 1.0  # unit start to the first line, 1 s later
 
 
 def test_a_crash_names_the_phase(run_module, tmp_path, monkeypatch):
@@ -193,7 +196,9 @@ def test_a_timeout_names_the_phase(run_module, tmp_path, monkeypatch):
         "url": "http://127.0.0.1:9", "release": "0.5.9", "timeout": 1, "interval": 0.2,
         "unit": "sglang.service", "progress_every": 30})
     assert failed
-    assert "not ready after 1 s: port 9 never opened; it was loading weights" in result["msg"]
+    # the wait spans several calls: it counts from the unit's start, 10 s before
+    assert "s: port 9 never opened; it was loading weights" in result["msg"]
+    assert int(result["msg"].split("not ready after ")[1].split(" s")[0]) >= 10
 
 
 def test_ready_reports_each_phase(run_module):
@@ -208,3 +213,19 @@ def test_ready_reports_each_phase(run_module):
     # without a unit there is no journal: the port and the readiness route tell the phase
     assert [p["phase"] for p in result["phases"]] == ["starting", "warmup", "ready"]
     assert result["summary"].startswith("ready after ")
+
+
+def test_returns_as_soon_as_the_phase_changes(run_module, tmp_path, monkeypatch):
+    _running_unit(tmp_path)
+    _journal_bin(tmp_path, ["[TP0] Load weight begin. avail mem=94.50 GB"])
+    monkeypatch.setenv("PATH", "%s:%s" % (tmp_path, os.environ["PATH"]))
+    args = {"url": "http://127.0.0.1:9", "release": "0.5.9", "timeout": 600, "interval": 0.2,
+            "unit": "sglang.service", "progress_every": 30}
+    start = time.monotonic()
+    result, failed = run_module(server_health, dict(args, last_phase="starting"))
+    assert not failed and result["phase"] == "loading"
+    assert time.monotonic() - start < 5  # not the 30 s of progress_every
+    start = time.monotonic()
+    result, failed = run_module(server_health, dict(args, last_phase="loading", progress_every=2))
+    assert not failed and result["phase"] == "loading"
+    assert time.monotonic() - start >= 2  # same phase: the full step
