@@ -72,15 +72,21 @@ def pytest_runtest_makereport(item, call):  # pylint: disable=unused-argument
     return report
 
 
+_stages_run = set()
+
+
 def pytest_runtest_logreport(report):
     stage = getattr(report, "gpufleet_stage", None)
-    if stage and report.outcome != "skipped":
+    if stage:
         _stage_seconds[stage] = _stage_seconds.get(stage, 0.0) + report.duration
+        if report.when == "call":
+            _stages_run.add(stage)
 
 
 def pytest_terminal_summary(terminalreporter):
-    if len(_stage_seconds) < 2:
+    if not _stages_run:
         return
     terminalreporter.section("timings per stage")
     for stage, seconds in _stage_seconds.items():
-        terminalreporter.write_line("%-18s %6d s" % (stage, round(seconds)))
+        if stage in _stages_run:  # not the stages whose tests were all skipped
+            terminalreporter.write_line("%-18s %6d s" % (stage, round(seconds)))

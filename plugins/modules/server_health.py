@@ -184,6 +184,15 @@ UNIT_PROPS = ["ActiveState", "SubState", "Result", "NRestarts", "MainPID", "Invo
               "ExecMainStartTimestamp"]
 
 
+def _last_update(line):
+    """A journal line without the progress updates that a later one overwrote."""
+    if "\r" not in line:
+        return line
+    head, _sep, rest = line.partition("\r")
+    updates = [u for u in rest.split("\r") if u.strip()]
+    return head + (updates[-1] if updates else "")
+
+
 class Waiter(object):
     def __init__(self, module):
         self.module = module
@@ -250,10 +259,12 @@ class Waiter(object):
         journalctl = self.module.get_bin_path("journalctl")
         if not (journalctl and self.params["unit"]):
             return []
+        # -a: progress bars (tqdm's carriage returns) as text, not "[78B blob data]"; the
+        # last update of each line is kept
         cmd = [journalctl, "-u", self.params["unit"], "-n", str(self.params["journal_lines"]),
-               "--no-pager", "-o", "short-iso"]
+               "--no-pager", "-o", "short-iso", "-a"]
         result = _command.run(self.module, cmd)
-        return (result.stdout or result.stderr).splitlines()
+        return [_last_update(line) for line in (result.stdout or result.stderr).split("\n") if line]
 
     def fail(self, msg, **extra):
         report = self.progress.report(time.time())

@@ -27,6 +27,8 @@ RELEASE = "0.5.9"
 
 pytestmark = [
     pytest.mark.integration,
+    # pytest-ansible 26.x announces its end of life (December 2026) on every use
+    pytest.mark.filterwarnings("ignore:Host management is deprecated:DeprecationWarning"),
     pytest.mark.skipif(os.environ.get("GPUFLEET_INTEGRATION") != "1",
                        reason="set GPUFLEET_INTEGRATION=1 to run the integration tests"),
 ]
@@ -48,13 +50,20 @@ def _serving(port):
 
 
 @pytest.fixture(scope="module")
-def fleet(ansible_adhoc):
-    """pytest-ansible's HostManager for the deploy fleet, brought up when it is not."""
+def fleet_up():
+    """The deploy fleet, brought up when it is not; destroyed at the end (unless
+    GPUFLEET_KEEP_FLEET=1, to look at it afterwards)."""
     if not all(_serving(p) for p in HTTP_PORTS):
         _molecule("converge")
-    hosts = ansible_adhoc(inventory=INVENTORY, host_pattern="sglang_servers", become=False)
-    yield hosts
-    _molecule("destroy")
+    yield
+    if os.environ.get("GPUFLEET_KEEP_FLEET") != "1":
+        _molecule("destroy")
+
+
+@pytest.fixture
+def fleet(fleet_up, ansible_adhoc):  # pylint: disable=unused-argument,redefined-outer-name
+    """pytest-ansible's HostManager for the deploy fleet."""
+    return ansible_adhoc(inventory=INVENTORY, host_pattern="sglang_servers", become=False)
 
 
 def _run(hosts, pattern, module, **args):

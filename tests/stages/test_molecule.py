@@ -33,6 +33,8 @@ KEEP_FLEET = {"deploy"}  # the fleet the module tests use next
 
 pytestmark = [
     pytest.mark.integration,
+    # pytest-ansible 26.x announces its end of life (December 2026) on every use
+    pytest.mark.filterwarnings("ignore:Running Molecule scenarios via pytest-ansible is deprecated:DeprecationWarning"),
     pytest.mark.skipif(os.environ.get("GPUFLEET_INTEGRATION") != "1",
                        reason="set GPUFLEET_INTEGRATION=1 to run the molecule scenarios"),
 ]
