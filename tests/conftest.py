@@ -25,6 +25,16 @@ if TREE not in sys.path:
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config):
+    """pytest-ansible: find the collection in .cache/collections (the tree above), instead of
+    making a ``collections/`` symlink tree in the checkout and also searching
+    ~/.ansible/collections, where molecule installs older copies of this collection."""
+    if hasattr(config.option, "ansible_unit_inject_only"):
+        os.environ["ANSIBLE_COLLECTIONS_PATH"] = TREE
+        config.option.ansible_unit_inject_only = True
+
+
 # --- one pytest run for every stage (scripts/test): order and per-stage timings -----------
 
 # Molecule scenarios first in this order, then any other scenario by name.

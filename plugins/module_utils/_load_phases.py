@@ -119,8 +119,8 @@ class LoadProgress(object):
         """One line: the phase, shard progress while loading, and how long it has taken."""
         text = NAMES[self.phase]
         if self.phase == "loading" and self.shards:
-            text += " %d/%d shards (%d%%)" % (self.shards["done"], self.shards["total"],
-                                             self.shards["percent"])
+            shards = self.shards
+            text += " %d/%d shards (%d%%)" % (shards["done"], shards["total"], shards["percent"])
         if self.phase == "ready":
             steps = ["%s %s" % (d["name"].split(" (")[0], _duration(d["seconds"]))
                      for d in self.durations(now) if d["phase"] != "ready"]
