@@ -7,6 +7,8 @@ without moving anything.
 import os
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TREE = os.path.join(ROOT, ".cache", "collections")
 LINK = os.path.join(TREE, "ansible_collections", "gpufleet", "sglang")
@@ -21,3 +23,80 @@ if TREE not in sys.path:
     sys.path.insert(0, TREE)
 
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config):
+    """pytest-ansible: find the collection in .cache/collections (the tree above), instead of
+    making a ``collections/`` symlink tree in the checkout and also searching
+    ~/.ansible/collections, where molecule installs older copies of this collection."""
+    if hasattr(config.option, "ansible_unit_inject_only"):
+        os.environ["ANSIBLE_COLLECTIONS_PATH"] = TREE
+        config.option.ansible_unit_inject_only = True
+
+
+# --- one pytest run for every stage (scripts/test): order and per-stage timings -----------
+
+# Molecule scenarios first in this order, then any other scenario by name.
+SCENARIO_ORDER = ("deploy", "safety", "multinode", "compare")
+_CHECKS = {"test_ansible_lint": "ansible-lint", "test_argument_specs_in_lockstep_with_defaults":
+           "argument-specs", "test_changelog_fragments": "changelog",
+           "test_ansible_test_sanity": "sanity"}
+_stage_seconds = {}
+
+
+def _stage_of(item):
+    """(rank, stage name) of a test: the order scripts/test runs the stages in."""
+    path = item.nodeid.split("::")[0]
+    name = getattr(item, "originalname", item.name)
+    if path.startswith("tests/unit/"):
+        return (0, "unit")
+    if path == "tests/stages/test_checks.py":
+        stage = _CHECKS.get(name, name)
+        return (2 if stage == "sanity" else 1, stage)
+    if path == "tests/stages/test_molecule.py":
+        scenario = item.callspec.params["molecule_scenario"].name if hasattr(item, "callspec") else name
+        if scenario == "deploy":
+            return (3, "molecule-deploy")
+        if scenario in SCENARIO_ORDER:
+            return (4 + SCENARIO_ORDER.index(scenario), "molecule-" + scenario)
+        return (8, "molecule-" + scenario)
+    if path == "tests/integration/test_fleet_modules.py":
+        return (3.5, "fleet-modules")  # on the fleet the deploy scenario leaves up
+    if path == "tests/integration/test_bad_input.py":
+        return (9, "bad-input")
+    return (10, path)
+
+
+def pytest_collection_modifyitems(items):
+    order = {id(item): (_stage_of(item), i) for i, item in enumerate(items)}
+    items.sort(key=lambda item: (order[id(item)][0][0],
+                                 order[id(item)][0][1] if order[id(item)][0][0] == 8 else "",
+                                 order[id(item)][1]))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):  # pylint: disable=unused-argument
+    report = yield
+    report.gpufleet_stage = _stage_of(item)[1]
+    return report
+
+
+_stages_run = set()
+
+
+def pytest_runtest_logreport(report):
+    stage = getattr(report, "gpufleet_stage", None)
+    if stage:
+        _stage_seconds[stage] = _stage_seconds.get(stage, 0.0) + report.duration
+        if report.when == "call":
+            _stages_run.add(stage)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _stages_run:
+        return
+    terminalreporter.section("timings per stage")
+    for stage, seconds in _stage_seconds.items():
+        if stage in _stages_run:  # not the stages whose tests were all skipped
+            terminalreporter.write_line("%-18s %6d s" % (stage, round(seconds)))

@@ -41,13 +41,24 @@ options:
     type: path
     required: true
   gpu_count:
-    description: GPUs per host that the server uses.
+    description:
+      - GPUs per host that the server uses.
+      - When omitted, the GPUs C(nvidia-smi) reads on the host. With O(gpu_memory_mib) also
+        given, the plan is for the given GPUs (a what-if), with a warning when the host's
+        differ; on a host without GPUs give both.
     type: int
-    required: true
   gpu_memory_mib:
-    description: Memory of one GPU in MiB, as C(nvidia-smi) reports it (97887 for an RTX PRO 6000, 143771 for an H200).
+    description:
+      - Memory of one GPU in MiB, as C(nvidia-smi) reports it (97887 for an RTX PRO 6000, 143771 for an H200).
+      - When omitted, C(memory.total) of the host's smallest GPU.
     type: int
-    required: true
+  host:
+    description: The host's name in messages (the playbook passes C(inventory_hostname)).
+    type: str
+    default: this host
+  nvidia_smi:
+    description: Path of C(nvidia-smi) to read the GPUs with; default is to find it on C(PATH).
+    type: path
   strategies:
     description:
       - Strategies to plan. A string is a strategy name (V(tp8), V(pp8), V(ep8), V(ep4) or
@@ -91,6 +102,13 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+gpus:
+  description:
+    - The GPUs planned for, and where each number came from (V(inventory) or V(detected)).
+  returned: success
+  type: dict
+  sample: {"count": 8, "memory_mib": 97887, "name": "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+           "source": "detected", "memory_source": "detected"}
 plans:
   description: One entry per strategy, in the order given.
   returned: success
@@ -187,6 +205,11 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils._capacity import (
     load_model,
     plan_model,
 )
+from ansible_collections.gpufleet.sglang.plugins.module_utils._gpu_doctor import Prober
+from ansible_collections.gpufleet.sglang.plugins.module_utils._preflight import (
+    PreflightError,
+    host_gpus,
+)
 from ansible_collections.gpufleet.sglang.plugins.module_utils._strategy import (
     StrategyError,
     parse_strategy,
@@ -212,12 +235,33 @@ def _strategy_entries(raw_list):
     return entries
 
 
+def plan_gpus(module, params):
+    """The GPUs to plan for: given ones as they are on a host without GPUs; otherwise the
+    host's (nvidia-smi), which given ones must agree with. Fails naming what to give."""
+    settings = {"gpu_count": params["gpu_count"], "gpu_memory_mib": params["gpu_memory_mib"]}
+    found, detail = [], None
+    if params["nvidia_smi"] or None in settings.values() or module.get_bin_path("nvidia-smi"):
+        facts = Prober(module).gpus(params["nvidia_smi"])
+        found, detail = facts["gpus"], facts["smi"].get("detail")
+    try:
+        return host_gpus(settings, found, params["host"], detail)
+    except PreflightError as exc:
+        if None in settings.values():
+            module.fail_json(msg=str(exc))
+        # both given: a what-if for other hardware is planned as asked, with a warning
+        module.warn("planning for the given GPUs, not the host's: %s" % exc)
+        return {"count": settings["gpu_count"], "memory_mib": settings["gpu_memory_mib"],
+                "name": None, "source": "inventory", "memory_source": "inventory"}
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
             model_path=dict(type="path", required=True),
-            gpu_count=dict(type="int", required=True),
-            gpu_memory_mib=dict(type="int", required=True),
+            gpu_count=dict(type="int"),
+            gpu_memory_mib=dict(type="int"),
+            host=dict(type="str", default="this host"),
+            nvidia_smi=dict(type="path"),
             strategies=dict(type="list", elements="raw", required=True),
             mem_fraction_static=dict(type="float"),
             context_length=dict(type="int"),
@@ -227,8 +271,9 @@ def main():
         supports_check_mode=True,
     )
     params = module.params
-    if params["gpu_count"] < 1 or params["nnodes"] < 1 or params["gpu_memory_mib"] < 1:
-        module.fail_json(msg="gpu_count, nnodes and gpu_memory_mib must be positive")
+    if params["nnodes"] < 1:
+        module.fail_json(msg="nnodes must be positive, got %s" % params["nnodes"])
+    gpus = plan_gpus(module, params)
     if not params["strategies"]:
         module.fail_json(msg="strategies must list at least one strategy")
     path = params["model_path"]
@@ -250,14 +295,15 @@ def main():
                 kwargs["dp_attention"] = module.boolean(extras["dp_attention"])
             if extras.get("pp_layer_partition"):
                 kwargs["pp_partition"] = extras["pp_layer_partition"]
-            plans.extend(plan_model(spec, [(name, layout)], params["gpu_count"],
-                                    params["gpu_memory_mib"], **kwargs))
+            plans.extend(plan_model(spec, [(name, layout)], gpus["count"],
+                                    gpus["memory_mib"], **kwargs))
     except CannotPlan as exc:
         module.fail_json(msg=str(exc), model_path=path)
     summary = spec.summary()
     for warning in summary["warnings"]:
         module.warn(warning)
-    module.exit_json(changed=False, plans=plans, model=summary, table=format_table(spec, plans))
+    module.exit_json(changed=False, plans=plans, model=summary, gpus=gpus,
+                     table=format_table(spec, plans))
 
 
 if __name__ == "__main__":

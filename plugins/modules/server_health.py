@@ -20,6 +20,13 @@ description:
   - When O(unit) is given, fails at once if the systemd unit fails or its process dies
     while waiting, and shows the last journal lines, instead of waiting for the timeout.
   - Returns how long the wait took.
+  - With O(unit), reads the server's own log lines of this start from the journal and
+    reports the load phase it is in (starting, loading weights with shards done/total,
+    allocating the KV cache, capturing CUDA graphs, warming up, ready) and how long each
+    phase took. A timeout or a crash names the phase.
+  - With O(progress_every), returns after that many seconds with RV(ready=false) and the
+    phase when the server is not ready yet, so that a play can print the progress and call
+    it again (see the server role's C(health_wait.yml)).
 requirements:
   - requests
 extends_documentation_fragment:
@@ -62,6 +69,18 @@ options:
   api_key:
     description: API key sent as a bearer token (health routes do not need it).
     type: str
+  progress_every:
+    description:
+      - When greater than 0, return after this many seconds with RV(ready=false) and the
+        current phase if the server is not ready yet, instead of waiting up to O(timeout).
+      - O(timeout) still ends the wait with a failure when it runs out first.
+    type: int
+    default: 0
+  last_phase:
+    description:
+      - With O(progress_every), the phase the caller showed last; the module returns as soon
+        as the server is in another phase, so that each phase is shown when it begins.
+    type: str
 """
 
 EXAMPLES = r"""
@@ -100,6 +119,32 @@ last_status:
   description: Last HTTP status seen (null when the port never answered).
   type: int
   returned: always
+ready:
+  description: Whether the server answered 200 on its readiness route.
+  type: bool
+  returned: success
+phase:
+  description:
+    - The load phase reached, from the server's log lines and the port
+      (V(starting), V(loading), V(kv_cache), V(cuda_graphs), V(warmup), V(ready)).
+  type: str
+  returned: always
+  sample: loading
+shards:
+  description: Safetensors shards loaded so far, from SGLang's progress bar (null before the first one).
+  type: dict
+  returned: always
+  sample: {"done": 32, "total": 64, "percent": 50}
+phases:
+  description: Each phase reached, in order, with the seconds spent in it.
+  type: list
+  elements: dict
+  returned: always
+  sample: [{"phase": "starting", "name": "starting (port not open yet)", "seconds": 0.4}]
+summary:
+  description: One line for the operator, for example V(loading weights 32/64 shards (50%\), 1m10s in this phase, 1m12s since start).
+  type: str
+  returned: always
 journal:
   description: Last journal lines of O(unit), on failure.
   type: list
@@ -107,6 +152,7 @@ journal:
   returned: failure
 """
 
+import json
 import socket
 import time
 import traceback
@@ -115,6 +161,11 @@ from urllib.parse import urlparse
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _command
+from ansible_collections.gpufleet.sglang.plugins.module_utils._load_phases import (
+    LoadProgress,
+    journal_message,
+    journal_time,
+)
 from ansible_collections.gpufleet.sglang.plugins.module_utils._health import (
     parse_unit_show,
     readiness_path,
@@ -129,7 +180,17 @@ except ImportError:
 else:
     REQUESTS_IMPORT_ERROR = None
 
-UNIT_PROPS = ["ActiveState", "SubState", "Result", "NRestarts", "MainPID"]
+UNIT_PROPS = ["ActiveState", "SubState", "Result", "NRestarts", "MainPID", "InvocationID",
+              "ExecMainStartTimestamp"]
+
+
+def _last_update(line):
+    """A journal line without the progress updates that a later one overwrote."""
+    if "\r" not in line:
+        return line
+    head, _sep, rest = line.partition("\r")
+    updates = [u for u in rest.split("\r") if u.strip()]
+    return head + (updates[-1] if updates else "")
 
 
 class Waiter(object):
@@ -137,28 +198,78 @@ class Waiter(object):
         self.module = module
         self.params = module.params
         self.systemctl = module.get_bin_path("systemctl") if self.params["unit"] else None
+        self.journalctl = module.get_bin_path("journalctl") if self.params["unit"] else None
         self.polls = 0
         self.last_status = None
+        self.invocation = None
+        self.progress = LoadProgress(time.time())
+        self.journal_read_at = None
 
     def unit_props(self):
         cmd = [self.systemctl, "show", self.params["unit"]]
         for prop in UNIT_PROPS:
             cmd.extend(["-p", prop])
-        result = _command.run(self.module, cmd)
+        # Unix timestamps (systemd 248 and later); older systemd refuses the option.
+        result = _command.run(self.module, cmd[:2] + ["--timestamp=unix"] + cmd[2:])
+        if not result.ok:
+            result = _command.run(self.module, cmd)
         if not result.ok:
             _command.fail(self.module, "cannot read the state of %s" % self.params["unit"], result)
         return parse_unit_show(result.stdout)
+
+    def start_progress(self, props):
+        """Follow the log lines of the start that runs now (the unit's invocation)."""
+        self.invocation = props.get("InvocationID") or None
+        started = props.get("ExecMainStartTimestamp", "")
+        if started.startswith("@"):
+            try:
+                self.progress = LoadProgress(float(started[1:]))
+            except ValueError:
+                pass
+
+    def read_progress(self, port_open, ready):
+        """Fold this start's journal lines into the phase; the port and readiness too."""
+        now = time.time()
+        if self.journalctl and self.invocation and (
+                ready or self.journal_read_at is None
+                or now - self.journal_read_at >= max(self.params["interval"], 1.0)):
+            self.journal_read_at = now
+            result = _command.run(self.module, [
+                self.journalctl, "_SYSTEMD_INVOCATION_ID=%s" % self.invocation, "-o", "json",
+                "--output-fields=MESSAGE", "--no-pager"])
+            fresh = LoadProgress(self.progress.started_at)
+            for line in (result.stdout or "").splitlines():
+                try:
+                    entry = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(entry, dict):
+                    fresh.feed(journal_time(entry) or now, journal_message(entry))
+            for key, at in sorted(self.progress.entered.items(), key=lambda kv: kv[1]):
+                if key in ("warmup", "ready"):
+                    fresh.enter(key, at)
+            self.progress = fresh
+        if port_open:
+            self.progress.enter("warmup", now)
+        if ready:
+            self.progress.enter("ready", now)
+        return self.progress.report(time.time())
 
     def journal(self):
         journalctl = self.module.get_bin_path("journalctl")
         if not (journalctl and self.params["unit"]):
             return []
+        # -a: progress bars (tqdm's carriage returns) as text, not "[78B blob data]"; the
+        # last update of each line is kept
         cmd = [journalctl, "-u", self.params["unit"], "-n", str(self.params["journal_lines"]),
-               "--no-pager", "-o", "short-iso"]
+               "--no-pager", "-o", "short-iso", "-a"]
         result = _command.run(self.module, cmd)
-        return (result.stdout or result.stderr).splitlines()
+        return [_last_update(line) for line in (result.stdout or result.stderr).split("\n") if line]
 
     def fail(self, msg, **extra):
+        report = self.progress.report(time.time())
+        msg = "%s; it was %s" % (msg, report["summary"])
+        extra.update(report)
         journal = self.journal()
         if journal:
             msg = "%s\nlast journal lines of %s:\n%s" % (msg, self.params["unit"], "\n".join(journal))
@@ -186,16 +297,19 @@ class Waiter(object):
 
         start = time.monotonic()
         deadline = start + params["timeout"]
+        report_at = start + params["progress_every"] if params["progress_every"] > 0 else None
         baseline = None
         if self.systemctl:
             props = self.unit_props()
             baseline = int(props.get("NRestarts", "0") or 0)
+            self.start_progress(props)
         port_open_after = None
         session = requests.Session()
         while True:
             if self.systemctl:
                 reason = unit_failure(self.unit_props(), baseline)
                 if reason:
+                    self.read_progress(port_open_after is not None, False)
                     self.fail("%s is not healthy: %s" % (params["unit"], reason), path=path)
             if port_open_after is None and self.port_open(host, port):
                 port_open_after = time.monotonic() - start
@@ -207,24 +321,28 @@ class Waiter(object):
                     self.last_status = response.status_code
                 except requests.RequestException:
                     self.last_status = None
-                if self.last_status == 200:
-                    ready_at = time.time()
-                    return {
-                        "ready_at": ready_at,
-                        "changed": False,
-                        "path": path,
-                        "elapsed": round(time.monotonic() - start, 3),
-                        "port_open_after": round(port_open_after, 3),
-                        "polls": self.polls,
-                        "last_status": self.last_status,
-                    }
+            ready = self.last_status == 200
+            report = self.read_progress(port_open_after is not None, ready)
+            result = dict(report, changed=False, path=path, polls=self.polls,
+                          last_status=self.last_status, ready=ready,
+                          elapsed=round(time.monotonic() - start, 3))
+            if ready:
+                result.update(ready_at=time.time(), port_open_after=round(port_open_after, 3))
+                return result
             now = time.monotonic()
             if now >= deadline:
                 state = "port %d never opened" % port if port_open_after is None else (
                     "%s last answered %s" % (path, self.last_status))
-                self.fail("server at %s not ready after %d s: %s" % (base, params["timeout"], state),
+                waited = params["timeout"]
+                if self.invocation:  # the wait goes on across calls: count from the start
+                    waited = max(waited, time.time() - self.progress.started_at)
+                self.fail("server at %s not ready after %d s: %s" % (base, waited, state),
                           path=path)
-            time.sleep(min(params["interval"], max(0.05, deadline - now)))
+            if report_at is not None and (now >= report_at or (
+                    params["last_phase"] is not None and report["phase"] != params["last_phase"])):
+                return result
+            next_stop = min(deadline, report_at or deadline)
+            time.sleep(min(params["interval"], max(0.05, next_stop - now)))
 
 
 def main():
@@ -239,6 +357,8 @@ def main():
             unit=dict(type="str"),
             journal_lines=dict(type="int", default=40),
             api_key=dict(type="str", no_log=True),
+            progress_every=dict(type="int", default=0),
+            last_phase=dict(type="str"),
         ),
         required_one_of=[("release", "path")],
         supports_check_mode=True,
@@ -249,6 +369,9 @@ def main():
     for name in ("timeout", "interval", "request_timeout", "journal_lines"):
         if params[name] is not None and params[name] <= 0:
             module.fail_json(msg="%s must be greater than 0, got %s" % (name, params[name]))
+    if params["progress_every"] < 0:
+        module.fail_json(msg="progress_every must be 0 (wait to the end) or more, got %s"
+                         % params["progress_every"])
     if params["path"] and not params["path"].startswith("/"):
         module.fail_json(msg="path must start with '/', got %r" % params["path"])
     if not params["url"].startswith(("http://", "https://")):

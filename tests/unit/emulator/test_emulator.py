@@ -365,6 +365,47 @@ def test_api_key(emus):
                                  headers={"Authorization": "Bearer sekret"})[1].decode()
 
 
+@pytest.mark.parametrize("release", RELEASES)
+def test_log_lines_tell_the_load_phases(emus, release):
+    """The emulator prints the release's own phase lines at the same points, and the
+    collection's phase reader follows them."""
+    from ansible_collections.gpufleet.sglang.plugins.module_utils._load_phases import LoadProgress
+    e = emus(["--model-path", MODEL, "--tp", "8"], release,
+             SGLANG_EMULATOR_LOAD_SECONDS="0.4", SGLANG_EMULATOR_CAPTURE_SECONDS="0.2")
+    e.wait_ready()
+    e.stderr()
+    text = e.log_path.read_bytes().decode()  # read_text() would turn \r into \n
+    e.stop()
+    progress = LoadProgress(0)
+    seen = []
+    for line in text.split("\n"):
+        progress.feed(1, line)
+        if not seen or seen[-1] != progress.phase:
+            seen.append(progress.phase)
+    assert seen == ["starting", "loading", "kv_cache", "cuda_graphs", "warmup", "ready"], text
+    assert progress.shards == {"done": 64, "total": 64, "percent": 100}
+    bars = [line for line in text.split("\n") if "checkpoint shards" in line]
+    if release == "0.5.23":  # no newline in the bar format: one line of \r-joined updates
+        assert len(bars) == 1 and bars[0].count("\r") == 9
+    else:
+        assert len(bars) == 9 and all(b.startswith("\r") for b in bars)
+
+
+@pytest.mark.parametrize("fault, phase", [("hang-during-load", "loading"),
+                                          ("hang-during-capture", "cuda_graphs")])
+def test_hang_faults_stop_in_their_phase(emus, fault, phase):
+    from ansible_collections.gpufleet.sglang.plugins.module_utils._load_phases import LoadProgress
+    e = emus(["--model-path", MODEL, "--tp", "8"], "0.5.9", SGLANG_EMULATOR_FAULT=fault,
+             SGLANG_EMULATOR_LOAD_SECONDS="0.2")
+    time.sleep(1.5)
+    assert not e.port_open()
+    progress = LoadProgress(0)
+    for line in e.stderr().split("\n"):
+        progress.feed(1, line)
+    assert e.stop() == 0
+    assert progress.phase == phase
+
+
 def test_crash_during_load(tmp_path):
     res = run_cli(tmp_path, ["--model-path", "m"], "0.5.9",
                   SGLANG_EMULATOR_FAULT="crash-during-load", SGLANG_EMULATOR_LOAD_SECONDS="0.4")

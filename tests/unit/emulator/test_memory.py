@@ -183,7 +183,10 @@ def test_fraction_without_activation_room_fails_in_graph_capture(tmp_path, relea
         assert ("4. disable CUDA graph by --disable-cuda-graph. (Not recommended. Huge "
                 "performance loss)\n") in err
         assert "KV Cache is allocated." in err
-    assert err.index("Memory pool end.") < err.index("Capture cuda graph begin.") \
+    # 0.5.23 names the graph (model_runner_components/cuda_graph_setup.py l.759)
+    begin = ("Capture target decode CUDA graph begin." if release == "0.5.23"
+             else "Capture cuda graph begin.")
+    assert err.index("Memory pool end.") < err.index(begin) \
         < err.index("Scheduler hit an exception")
     assert "max_total_num_tokens=" not in err and "Uvicorn running" not in err
 

@@ -136,3 +136,42 @@ def test_check_mode_runs(k25_dir, capsys):
         "_ansible_check_mode": True,
     }, capsys)
     assert rc == 0 and result["plans"][0]["fits"]
+
+
+FAKE_SMI = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fakes", "nvidia-smi")
+SETS = os.path.join(os.path.dirname(FAKE_SMI), "nvidia-smi-sets")
+
+
+@pytest.fixture
+def h200_host(monkeypatch):
+    monkeypatch.setenv("FAKE_NVIDIA_SMI_DIR", os.path.join(SETS, "h200-x8"))
+    return os.path.abspath(FAKE_SMI)
+
+
+def test_gpus_from_the_host_when_not_given(k25_dir, h200_host, capsys):
+    rc, result = run_module({"model_path": k25_dir, "strategies": ["tp8"], "host": "gpu-1",
+                             "nvidia_smi": h200_host}, capsys)
+    assert rc == 0, result
+    assert result["gpus"]["count"] == 8 and result["gpus"]["source"] == "detected"
+    assert result["gpus"]["memory_mib"] == 143771 and "H200" in result["gpus"]["name"]
+    assert result["plans"][0]["gpus"] == 8
+
+
+def test_given_gpus_are_a_what_if_with_a_warning(k25_dir, h200_host, capsys, monkeypatch):
+    from ansible.module_utils import basic
+    warned = []
+    monkeypatch.setattr(basic.AnsibleModule, "warn", lambda self, msg: warned.append(msg))
+    rc, result = run_module({"model_path": k25_dir, "strategies": ["tp8"], "host": "gpu-1",
+                             "gpu_count": 8, "gpu_memory_mib": RTX, "nvidia_smi": h200_host},
+                            capsys)
+    assert rc == 0, result
+    assert result["gpus"]["memory_mib"] == RTX and result["gpus"]["source"] == "inventory"
+    assert any("sglang_gpu_memory_mib is 97887, but gpu-1 has 143771 MiB" in w for w in warned)
+
+
+def test_no_gpus_and_no_variables_says_what_to_give(k25_dir, tmp_path, capsys):
+    rc, result = run_module({"model_path": k25_dir, "strategies": ["tp8"], "host": "laptop",
+                             "nvidia_smi": str(tmp_path / "no-nvidia-smi")}, capsys)
+    assert rc == 1
+    assert result["msg"].startswith("laptop: sglang_gpu_count and sglang_gpu_memory_mib are not set "
+                                    "and no GPUs were read on the host"), result["msg"]

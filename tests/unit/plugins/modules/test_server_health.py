@@ -1,3 +1,4 @@
+import json
 import os
 import stat
 import threading
@@ -115,8 +116,116 @@ fi
     ({"release": "0.5.9", "timeout": -1}, "timeout must be greater than 0"),
     ({"release": "0.5.9", "url": "localhost:30000"}, "url must start with http"),
     ({"release": "nightly"}, "cannot read an SGLang version"),
+    ({"release": "0.5.9", "progress_every": -1}, "progress_every must be 0"),
     ({"path": "health"}, "path must start with '/'"),
 ])
 def test_bad_input(run_module, args, msg):
     result, failed = run_module(server_health, args)
     assert failed and msg in result["msg"]
+
+
+STARTED = int(time.time()) - 10  # the unit's ExecMainStartTimestamp in these tests
+
+
+def _journal_bin(tmp_path, messages):
+    """A journalctl that answers this start's entries as ``-o json`` (and checks the match)."""
+    lines = "\n".join(json.dumps({"__REALTIME_TIMESTAMP": str(int((STARTED + 1 + i) * 1e6)),
+                                  "MESSAGE": m}) for i, m in enumerate(messages))
+    (tmp_path / "journal.json").write_text(lines + "\n")
+    _fake_bin(tmp_path, "journalctl", """
+case "$*" in
+  *_SYSTEMD_INVOCATION_ID=abc123*-o\\ json*) cat %s/journal.json ;;
+  *) echo 'last plain line' ;;
+esac
+""" % tmp_path)
+
+
+def _running_unit(tmp_path, then_failed=False):
+    _fake_bin(tmp_path, "systemctl", """
+count_file=%s/count
+n=$(cat "$count_file" 2>/dev/null || echo 0); n=$((n+1)); echo $n > "$count_file"
+if [ %d = 1 ] && [ $n -ge 3 ]; then
+  printf 'ActiveState=failed\\nSubState=failed\\nResult=exit-code\\nNRestarts=0\\nMainPID=0\\n'
+else
+  printf 'ActiveState=active\\nSubState=running\\nResult=success\\nNRestarts=0\\nMainPID=42\\n'
+fi
+printf 'InvocationID=abc123\\nExecMainStartTimestamp=@%d\\n'
+""" % (tmp_path, 1 if then_failed else 0, STARTED))
+
+
+def test_returns_the_load_phase_every_progress_interval(run_module, tmp_path, monkeypatch):
+    _running_unit(tmp_path)
+    _journal_bin(tmp_path, ["[TP0] Load weight begin. avail mem=94.50 GB",
+                            [13] + list(b"Loading safetensors checkpoint shards:  25% Completed"
+                                        b" | 16/64 [00:01<?, ?it/s]\n")])
+    monkeypatch.setenv("PATH", "%s:%s" % (tmp_path, os.environ["PATH"]))
+    start = time.monotonic()
+    result, failed = run_module(server_health, {
+        "url": "http://127.0.0.1:9", "release": "0.5.9", "timeout": 600, "interval": 0.2,
+        "unit": "sglang.service", "progress_every": 1})
+    assert not failed, result
+    assert time.monotonic() - start < 5
+    assert result["ready"] is False
+    assert result["phase"] == "loading"
+    assert result["shards"] == {"done": 16, "total": 64, "percent": 25}
+    assert result["summary"].startswith("loading weights 16/64 shards (25%)")
+    assert [p["phase"] for p in result["phases"]] == ["starting", "loading"]
+    assert result["phases"][0]["seconds"] == 1.0  # unit start to the first line, 1 s later
+
+
+def test_a_crash_names_the_phase(run_module, tmp_path, monkeypatch):
+    _running_unit(tmp_path, then_failed=True)
+    _journal_bin(tmp_path, ["[TP0] Load weight begin. avail mem=94.50 GB",
+                            "[TP0] Load weight end. type=X, avail mem=1 GB",
+                            "[TP0] Capture cuda graph begin. This can take up to several minutes."])
+    monkeypatch.setenv("PATH", "%s:%s" % (tmp_path, os.environ["PATH"]))
+    result, failed = run_module(server_health, {
+        "url": "http://127.0.0.1:9", "release": "0.5.9", "timeout": 600, "interval": 0.1,
+        "unit": "sglang.service"})
+    assert failed
+    assert "failed state" in result["msg"]
+    assert "it was capturing CUDA graphs" in result["msg"]
+    assert result["phase"] == "cuda_graphs"
+
+
+def test_a_timeout_names_the_phase(run_module, tmp_path, monkeypatch):
+    _running_unit(tmp_path)
+    _journal_bin(tmp_path, ["[TP0] Load weight begin. avail mem=94.50 GB"])
+    monkeypatch.setenv("PATH", "%s:%s" % (tmp_path, os.environ["PATH"]))
+    result, failed = run_module(server_health, {
+        "url": "http://127.0.0.1:9", "release": "0.5.9", "timeout": 1, "interval": 0.2,
+        "unit": "sglang.service", "progress_every": 30})
+    assert failed
+    # the wait spans several calls: it counts from the unit's start, 10 s before
+    assert "s: port 9 never opened; it was loading weights" in result["msg"]
+    assert int(result["msg"].split("not ready after ")[1].split(" s")[0]) >= 10
+
+
+def test_ready_reports_each_phase(run_module):
+    srv = FakeServer(ready_after=0.5, route="/health")
+    try:
+        result, failed = run_module(server_health, {
+            "url": "http://127.0.0.1:%d" % srv.port, "release": "0.5.9", "timeout": 20,
+            "interval": 0.1})
+    finally:
+        srv.close()
+    assert not failed and result["ready"] is True
+    # without a unit there is no journal: the port and the readiness route tell the phase
+    assert [p["phase"] for p in result["phases"]] == ["starting", "warmup", "ready"]
+    assert result["summary"].startswith("ready after ")
+
+
+def test_returns_as_soon_as_the_phase_changes(run_module, tmp_path, monkeypatch):
+    _running_unit(tmp_path)
+    _journal_bin(tmp_path, ["[TP0] Load weight begin. avail mem=94.50 GB"])
+    monkeypatch.setenv("PATH", "%s:%s" % (tmp_path, os.environ["PATH"]))
+    args = {"url": "http://127.0.0.1:9", "release": "0.5.9", "timeout": 600, "interval": 0.2,
+            "unit": "sglang.service", "progress_every": 30}
+    start = time.monotonic()
+    result, failed = run_module(server_health, dict(args, last_phase="starting"))
+    assert not failed and result["phase"] == "loading"
+    assert time.monotonic() - start < 5  # not the 30 s of progress_every
+    start = time.monotonic()
+    result, failed = run_module(server_health, dict(args, last_phase="loading", progress_every=2))
+    assert not failed and result["phase"] == "loading"
+    assert time.monotonic() - start >= 2  # same phase: the full step

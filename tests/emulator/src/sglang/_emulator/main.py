@@ -11,10 +11,11 @@ import traceback
 
 from sglang._emulator import cli, layout as _layout, memory as _memory, rendezvous
 from sglang._emulator.engine import Engine
-from sglang._emulator.release import current_release
+from sglang._emulator.release import current_release, version_tuple
 from sglang._emulator.state import append_record, log
 
-FAULTS = ("crash-during-load", "hang-during-load", "hang-after-listen", "crash-on-start")
+FAULTS = ("crash-during-load", "hang-during-load", "hang-during-capture", "hang-after-listen",
+          "crash-on-start")
 
 
 OutOfMemoryError = _memory.OutOfMemoryError  # shown as torch.OutOfMemoryError
@@ -81,9 +82,9 @@ def _load_weights(seconds, fault, prefix, release=None, args=None, mem=None):
     started = time.monotonic()
     for step in range(steps + 1):
         done = shards * step // steps
-        elapsed = time.monotonic() - started
-        log("Loading safetensors checkpoint shards: %3d%% Completed | %d/%d [%02d:%02d<?, ?it/s]"
-            % (100 * step // steps, done, shards, elapsed // 60, elapsed % 60), prefix)
+        if _is_tp_rank0(prefix):  # tqdm is on for rank 0 only (enable_tqdm)
+            _shard_bar(release, 100 * step // steps, done, shards,
+                       time.monotonic() - started, last=step == steps)
         if fault == "crash-during-load" and step == steps // 2:
             return _die_in_scheduler(OutOfMemoryError(
                 "CUDA out of memory. Tried to allocate 1.75 GiB. GPU 0 has a total capacity of "
@@ -103,6 +104,8 @@ def _load_weights(seconds, fault, prefix, release=None, args=None, mem=None):
         log("Load weight end. type=DeepseekV3ForCausalLM, dtype=torch.bfloat16, "
             "avail mem=18.20 GB, mem usage=76.30 GB.", prefix)
         log("KV Cache is allocated. #tokens: 1048576, K size: 8.00 GB, V size: 8.00 GB", prefix)
+        log(_capture_line(release, "begin", 2.2), prefix)
+        _capture_graphs(release, fault, prefix, 2.2)
         return 0
     for line in _memory.log_lines(release, args, mem, "load"):
         log(line, prefix)
@@ -110,9 +113,10 @@ def _load_weights(seconds, fault, prefix, release=None, args=None, mem=None):
         return _die_in_scheduler(failure["exc_type"](failure["message"]), prefix)
     for line in _memory.log_lines(release, args, mem, "kv"):
         log(line, prefix)
+    log(_capture_line(release, "begin", _memory.after_pool_gb(mem)), prefix)
     if failure and failure["phase"] == "capture":
-        log("Capture cuda graph begin. This can take up to several minutes.", prefix)
         return _die_in_scheduler(failure["exc_type"](failure["message"]), prefix)
+    _capture_graphs(release, fault, prefix, _memory.after_pool_gb(mem))
     if _is_tp_rank0(prefix):
         for line in _memory.log_lines(release, args, mem, "ready"):
             log(line, prefix)
@@ -134,6 +138,51 @@ def missing_shards(model_path):
         weight_map = json.load(handle).get("weight_map") or {}
     return sorted(name for name in set(weight_map.values())
                   if not os.path.isfile(os.path.join(model_path, name)))
+
+
+def _shard_bar(release, percent, done, total, elapsed, last):
+    """tqdm's "Loading safetensors checkpoint shards" bar as the release writes it: up to
+    0.5.9 the bar format ends in a newline (one journal line per update, after tqdm's
+    carriage return); 0.5.23 dropped it, so updates are joined by carriage returns and only
+    the bar's end adds a newline (see plugins/module_utils/_load_phases.py)."""
+    text = "\rLoading safetensors checkpoint shards: %3d%% Completed | %d/%d [%02d:%02d<?, ?it/s]" % (
+        percent, done, total, elapsed // 60, elapsed % 60)
+    if version_tuple(release) < (0, 5, 23):
+        text += "\n"
+    elif last:
+        text += "\n"
+    try:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def _capture_graphs(release, fault, prefix, avail):
+    """CUDA-graph capture after the KV pool (SGLANG_EMULATOR_CAPTURE_SECONDS, default 1)."""
+    if fault == "hang-during-capture":
+        log("CUDA graph capture is stuck (sglang emulator fault hang-during-capture).", prefix)
+        while True:
+            time.sleep(3600)
+    seconds = max(_env_float("SGLANG_EMULATOR_CAPTURE_SECONDS", 1), 0.0)
+    time.sleep(seconds)
+    log(_capture_line(release, "end", avail, seconds), prefix)
+
+
+def _capture_line(release, when, avail, seconds=0.0):
+    """The release's CUDA-graph capture lines (model_runner.py up to 0.5.9,
+    model_runner_components/cuda_graph_setup.py in 0.5.23)."""
+    if version_tuple(release) >= (0, 5, 23):
+        if when == "begin":
+            return ("Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1, "
+                    "avail mem=%.2f GB" % avail)
+        return ("Capture target decode CUDA graph end. bs=[1, 2, 4, 8], elapsed=%.2f s, "
+                "mem usage=0.50 GB, avail mem=%.2f GB." % (seconds, avail - 0.5))
+    if when == "begin":
+        return ("Capture cuda graph begin. This can take up to several minutes. avail mem=%.2f GB"
+                % avail)
+    return ("Capture cuda graph end. Time elapsed: %.2f s. mem usage=0.50 GB. avail mem=%.2f GB."
+            % (seconds, avail - 0.5))
 
 
 def _is_tp_rank0(prefix):

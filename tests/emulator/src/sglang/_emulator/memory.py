@@ -291,6 +291,13 @@ def plan(release, args, layout):
     return out
 
 
+def after_pool_gb(mem):
+    """GPU memory left after the weights and the KV pool ("Memory pool end. avail mem=")."""
+    pre_gb = mem["gpu_memory_mib"] * MIB / GIB
+    kv_gb = mem["max_total_num_tokens"] * max(mem["kv_bytes_per_token"]) / GIB
+    return max(pre_gb - max(mem["weights_per_gpu_gib"]) - kv_gb, 0.0)
+
+
 def log_lines(release, args, mem, phase):
     """The release's own log lines for a phase that succeeded ("load", "kv", "ready")."""
     pre_gb = mem["gpu_memory_mib"] * MIB / GIB

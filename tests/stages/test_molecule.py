@@ -1,0 +1,64 @@
+"""Every molecule scenario as one pytest test.
+
+The scenarios are found by pytest-ansible's ``molecule_scenario`` fixture (every
+``**/molecule/*/molecule.yml`` git tracks), so a new scenario directory is picked up
+without touching this file; ``tests/conftest.py`` orders them deploy, safety, multinode,
+compare, then the others by name.
+
+They are run here, not with pytest-ansible's ``MoleculeScenario.test()`` (or
+``pytest --molecule``): both start molecule in the directory above ``molecule/``, i.e.
+``extensions/``, where molecule 26 no longer runs in collection mode: it sees a role-like
+project whose ``MOLECULE_PROJECT_DIRECTORY`` is ``extensions/``, so the scenarios'
+``${MOLECULE_PROJECT_DIRECTORY}/.cache/collections`` misses this checkout's collection (and
+an older copy in ~/.ansible/collections would be tested instead). Here molecule starts at
+the collection root, as ``molecule test -s <name>`` by hand does.
+
+The deploy scenario keeps its fleet (``--destroy=never``) so that the module tests of
+``tests/integration/test_fleet_modules.py`` run against it next; they destroy it.
+
+Each scenario's whole output goes to ``.cache/logs/molecule-<name>.log``; a failure shows
+its last 150 lines. Run with GPUFLEET_INTEGRATION=1 (``scripts/test molecule`` sets it).
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BIN = os.path.dirname(sys.executable)
+LOGS = os.path.join(ROOT, ".cache", "logs")  # one log per scenario, the whole output
+KEEP_FLEET = {"deploy"}  # the fleet the module tests use next
+
+pytestmark = [
+    pytest.mark.integration,
+    # pytest-ansible 26.x announces its end of life (December 2026) on every use
+    pytest.mark.filterwarnings("ignore:Running Molecule scenarios via pytest-ansible is deprecated:DeprecationWarning"),
+    pytest.mark.skipif(os.environ.get("GPUFLEET_INTEGRATION") != "1",
+                       reason="set GPUFLEET_INTEGRATION=1 to run the molecule scenarios"),
+]
+
+
+def test_scenario(molecule_scenario):
+    name = molecule_scenario.name
+    assert (molecule_scenario.parent_directory / "molecule" / name / "molecule.yml").is_file()
+    molecule = [sys.executable, "-m", "molecule"]
+    env = dict(os.environ, PATH="%s:%s" % (BIN, os.environ.get("PATH", "")), NO_COLOR="1")
+    os.makedirs(LOGS, exist_ok=True)
+    log = os.path.join(LOGS, "molecule-%s.log" % name)
+    with open(log, "wb") as out:
+        if name in KEEP_FLEET:
+            # --destroy=never also skips the sequence's first destroy: start clean here
+            subprocess.run(molecule + ["destroy", "-s", name], cwd=ROOT, env=env, stdout=out,
+                           stderr=subprocess.STDOUT, check=False)
+            argv = molecule + ["test", "-s", name, "--destroy=never"]
+        else:
+            argv = molecule + ["test", "-s", name]
+        res = subprocess.run(argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                             check=False)
+    if res.returncode != 0:
+        with open(log, encoding="utf-8", errors="replace") as fh:
+            tail = fh.read().splitlines()[-150:]
+        pytest.fail("molecule test -s %s exited %d (whole output: %s):\n%s"
+                    % (name, res.returncode, log, "\n".join(tail)), pytrace=False)

@@ -1,0 +1,48 @@
+"""scripts/test runs every stage in one pytest session: tests/conftest.py orders them."""
+
+import importlib.util
+import os
+
+_SPEC = importlib.util.spec_from_file_location(
+    "gpufleet_tests_conftest", os.path.join(os.path.dirname(os.path.dirname(__file__)), "conftest.py"))
+conftest = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(conftest)
+
+
+class _Scenario:
+    def __init__(self, name):
+        self.name = name
+
+
+class _CallSpec:
+    def __init__(self, name):
+        self.params = {"molecule_scenario": _Scenario(name)}
+
+
+class _Item:
+    def __init__(self, nodeid, scenario=None):
+        self.nodeid = nodeid
+        self.name = nodeid.split("::")[-1]
+        self.originalname = self.name.split("[")[0]
+        if scenario:
+            self.callspec = _CallSpec(scenario)
+
+
+def test_stages_run_in_order_and_new_scenarios_after_the_known_ones():
+    mol = "tests/stages/test_molecule.py::test_scenario[extensions-%s]"
+    items = [_Item("tests/integration/test_bad_input.py::test_x"),
+             _Item(mol % "router", "router"),
+             _Item(mol % "compare", "compare"),
+             _Item(mol % "model", "model"),
+             _Item("tests/integration/test_fleet_modules.py::test_y"),
+             _Item(mol % "deploy", "deploy"),
+             _Item("tests/stages/test_checks.py::test_ansible_test_sanity"),
+             _Item(mol % "multinode", "multinode"),
+             _Item(mol % "safety", "safety"),
+             _Item("tests/stages/test_checks.py::test_ansible_lint"),
+             _Item("tests/unit/test_a.py::test_a")]
+    conftest.pytest_collection_modifyitems(items)
+    assert [conftest._stage_of(i)[1] for i in items] == [  # pylint: disable=protected-access
+        "unit", "ansible-lint", "sanity", "molecule-deploy", "fleet-modules", "molecule-safety",
+        "molecule-multinode", "molecule-compare", "molecule-model", "molecule-router",
+        "bad-input"]
