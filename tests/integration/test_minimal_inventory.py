@@ -28,9 +28,10 @@ pytestmark = _testbed.MARKS
 INVENTORY = os.path.join(HERE, "minimal_inventory")
 HOST = "gpufleet-min-1"
 HTTP_PORT = 39601
-MODEL_PATH = "/models/kimi-k2.5"
-# What a user gives for each input the refusal may name.
-ANSWERS = {"strategy": "pp8", "sglang_model_path": MODEL_PATH}
+# What a user gives for each input the refusal may name: the model is the Hub double's repo
+# (tests/hub_double), which the model step places on the host.
+ANSWERS = {"strategy": "pp8", "sglang_model_repo": "gpufleet-test/tiny-model"}
+MODEL_PATH = "/models/gpufleet-test--tiny-model/main"
 DEFAULT_RELEASE = "0.5.23"
 
 
@@ -40,9 +41,8 @@ def _run(path, *args, json_out=False):
 
 @pytest.fixture(scope="module")
 def host():
-    # The test bed puts the model's config.json where the user's model path will say.
-    for step, args in (("create.yml", ()), ("prepare.yml", ("-e", "sglang_model_path=" + MODEL_PATH))):
-        proc = _run(os.path.join(_testbed.TESTBED, step), *args)
+    for step in ("create.yml", "prepare.yml"):
+        proc = _run(os.path.join(_testbed.TESTBED, step))
         assert proc.returncode == 0, (step, proc.stdout[-3000:], proc.stderr[-2000:])
     try:
         yield HOST
@@ -75,3 +75,8 @@ def test_hosts_only_fails_once_naming_every_input_and_those_inputs_suffice(host)
     fact = json.loads(_testbed.podman_exec(host, "cat", "/etc/ansible/facts.d/sglang.fact").stdout)
     assert fact["release"] == DEFAULT_RELEASE, fact
     assert fact["strategy"] == "pp8", fact
+    # the server runs from the directory the model step derived from the repo and verified
+    argv = fact["argv"] if isinstance(fact["argv"], str) else " ".join(fact["argv"])
+    assert "--model-path %s" % MODEL_PATH in argv, argv
+    assert _testbed.podman_exec(host, "test", "-f", MODEL_PATH + "/config.json",
+                                check=False).returncode == 0
