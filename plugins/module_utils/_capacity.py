@@ -126,8 +126,10 @@ def default_mem_fraction_static(gpu_memory_mib, tp=1, pp=1, mla=True, release=No
       1.5 * max(chunk, 2048) + 2 * max_bs + tp*pp/8 * 1024 (+ DP attention: 3 * max_bs * dp,
       + 1.5 * max_bs * dp above max_bs 300), at least 10240 MiB above 60 GiB; no MLA term.
     * 0.5.23 or newer (checked against the real 0.5.23): ``srt/arg_groups/memory_hook.py:
-      309-317`` with ``reserve_for_graph_mb`` (:357-399): the same plus 1536 for the MLA
-      prefill CUDA graph (before the 10240 floor) and 2048 for DeepEP after it (:402-414).
+      309-317`` with ``reserve_for_graph_mb`` (:357-399): the same plus, while the prefill
+      CUDA graph is on (pp 1; ``cuda_graph_hook.py:150-160`` turns it off for pp > 1), 1536
+      for MLA and 1024 for DeepEP (before the 10240 floor), and 2048 for DeepEP after it
+      (:402-414).
     * otherwise (``None``, 0.5.10-0.5.22): 0.5.10's, prereqs.md §9.3 step 6 (the 0.5.23
       form without DP attention and DeepEP).
 
@@ -142,11 +144,17 @@ def default_mem_fraction_static(gpu_memory_mib, tp=1, pp=1, mla=True, release=No
         reserved += max_bs * int(dp_attention) * 3
         if max_bs > 300:
             reserved += max_bs * int(dp_attention) * 1.5
-    if mla and (version is None or version >= (0, 5, 10)):
+    new = version is not None and version >= (0, 5, 23)
+    # 0.5.23 turns the (breakable) prefill CUDA graph off under pp > 1 by default
+    # (srt/arg_groups/cuda_graph_hook.py:150-160), and with it its reserve
+    prefill_graph = not new or pp == 1
+    if mla and (version is None or version >= (0, 5, 10)) and prefill_graph:
         reserved += 1536
+    if new and a2a == "deepep" and prefill_graph:
+        reserved += 1024  # breakable prefill graph with DeepEP (memory_hook.py:391-397)
     if gpu > 60 * 1024:
         reserved = max(reserved, 10240)
-    if version is not None and version >= (0, 5, 23) and a2a == "deepep":
+    if new and a2a == "deepep":
         reserved += 2048
     fraction = round((gpu - reserved) / gpu, 3)
     if vit and version is not None:

@@ -22,8 +22,12 @@
 queries answered from what the doctor read on the host (count, compute capability,
 memory, name), so no CUDA context is created, no GPU memory is allocated and no engine is
 started. It prints one JSON object: the verdict, the values asked, the values derived, and
-the warnings the release logged while deriving. Releases without ``check_server_args``
-(older than the ``ServerArgs`` dataclass checks) report ``checks: "none"``.
+the warnings the release logged while deriving. Every release the collection knows has
+both functions: 0.4.6.post5 (``srt/server_args.py:1469`` / ``:1434``) and 0.5.4.post3
+(``:3950`` / ``:3649``) derive in ``__post_init__`` as 0.5.9 does; only 0.5.23 moved the
+derivation out of construction into ``resolve_once``, which the gate calls when present.
+(0.4.6.post5 does not clear ``--enable-dp-attention`` at dp 1.) A release without
+``check_server_args`` would report ``checks: "none"``.
 
 The answer is cached per release fingerprint, exact argv and GPU model
 (:func:`cache_path`), as the argparse verdict is (``_sglang_probe``).
@@ -56,20 +60,6 @@ KEYS = (
     "enable_mixed_chunk", "max_running_requests", "page_size", "kv_cache_dtype",
     "device", "nnodes", "node_rank", "enable_dp_lm_head", "speculative_algorithm",
 )
-
-#: Changes the deploy must name (asked -> derived), each with what it means.
-WATCHED = {
-    "enable_dp_attention": "DP attention",
-    "attn_dp_size": "attention DP size",
-    "ep_size": "expert-parallel size",
-    "dp_size": "data-parallel size",
-    "tp_size": "tensor-parallel size",
-    "pp_size": "pipeline-parallel size",
-    "disable_overlap_schedule": "overlap schedule disabled",
-    "moe_a2a_backend": "MoE all-to-all backend",
-    "enable_mixed_chunk": "mixed chunked prefill",
-    "disable_cuda_graph": "CUDA graphs disabled",
-}
 
 # Runs in the release's Python: python -c GATE_CODE '<json request>'.
 GATE_CODE = r'''
@@ -148,14 +138,16 @@ if torch is not None:
     if not torch.version.cuda:
         stubbed_cuda_version = torch.version.cuda = req.get("cuda_version") or "12.9"
 records = []
-class H(logging.Handler):
-    def emit(self, r):
-        if r.levelno >= logging.WARNING and recording:
-            records.append({"level": r.levelname, "where": "%s:%d" % (
-                r.pathname.split("site-packages/")[-1], r.lineno), "msg": r.getMessage()})
 recording = False
-logging.getLogger().addHandler(H())
-logging.getLogger().setLevel(logging.WARNING)
+# every record a logger handles, whatever handlers the release configures (0.5.23
+# reconfigures the root logger while it resolves)
+_logger_handle = logging.Logger.handle
+def _handle(self, r):
+    if recording and r.levelno >= logging.WARNING:
+        records.append({"level": r.levelname, "where": "%s:%d" % (
+            r.pathname.split("site-packages/")[-1], r.lineno), "msg": r.getMessage()})
+    return _logger_handle(self, r)
+logging.Logger.handle = _handle
 def showwarning(message, category, filename, lineno, file=None, line=None):
     if recording:
         records.append({"level": category.__name__, "where": "%s:%d" % (

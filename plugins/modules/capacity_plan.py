@@ -55,7 +55,7 @@ options:
         C(ep), C(dp) and optionally C(name), C(dp_attention) and
         C(pp_layer_partition) (a split to evaluate instead of searching one).
       - C(dp) is DP attention as the collection renders it (C(--dp-size N
-        --enable-dp-attention), C(--attn-dp-size N) from 0.5.23): dp splits the TP group, on
+        --enable-dp-attention), C(--attn-dp-size N) from 0.5.23), which splits the TP group, on
         C(tp*pp) GPUs. C(dp_attention=false) plans plain C(--dp-size) replicas instead, N copies
         of the C(tp*pp) group on C(tp*pp*dp) GPUs; default V(true).
     type: list
@@ -82,7 +82,7 @@ options:
         newer, follow those releases' formulas (checked against the real packages,
         vision-language adjustment included); other values and no value use 0.5.10's.
       - A deploy replaces this estimate with the number the installed release derives
-        itself (M(gpufleet.sglang.server_preflight) RV(gpufleet.sglang.server_preflight#module:server_args)).
+        itself (the C(server_args) that M(gpufleet.sglang.server_preflight) returns).
     type: str
 """
 

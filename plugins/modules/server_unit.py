@@ -161,7 +161,7 @@ options:
     type: int
   server_args:
     description:
-      - What the release derived from RV(gpufleet.sglang.server_preflight#module:argv) and
+      - What the release derived from the launch flags (O(argv)) and
         what it changed against what was asked (M(gpufleet.sglang.server_preflight)'s
         C(server_args)), written to the record as C(server_args). Empty writes nothing.
     type: dict

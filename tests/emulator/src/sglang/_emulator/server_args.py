@@ -21,8 +21,9 @@ from sglang._emulator import _vendor
 from sglang._emulator.release import version_tuple
 
 
-class ServerArgsCheckError(AssertionError):
-    """A check_server_args refusal (the real ones are ``assert`` statements)."""
+# A check_server_args refusal: the real ones are ``assert`` statements, so the error the
+# release dies of is a plain AssertionError with the assert's message.
+ServerArgsCheckError = AssertionError
 
 
 def model_facts(model_path):
@@ -120,8 +121,12 @@ def derive(release, asked, gpu_mem, cc, model):
                 reserved += max_bs * dp_width * 3
                 if max_bs > 300:
                     reserved += max_bs * dp_width * 1.5
-            if model["mla"]:
+            # the prefill CUDA graph is off under pp > 1 unless asked for
+            # (srt/arg_groups/cuda_graph_hook.py:150-160)
+            if pp == 1 and model["mla"]:
                 reserved += 1.5 * 1024  # prefill CUDA graph, MLA backend (:388-389)
+            if pp == 1 and a2a == "deepep":
+                reserved += 1 * 1024  # breakable prefill graph with DeepEP (:391-397)
         if gpu_mem is not None and gpu_mem > 60 * 1024:
             reserved = max(reserved, 10 * 1024)
         if new and a2a == "deepep":
@@ -146,15 +151,11 @@ def derive(release, asked, gpu_mem, cc, model):
             d["enable_dp_attention"] = False
             d["enable_dp_lm_head"] = False
         if d.get("enable_dp_attention"):
-            dp = int(d["dp_size"])
-            if tp % dp:
-                raise ServerArgsCheckError("")  # :2116 bare assert
-            d["chunked_prefill_size"] //= dp
+            # (:2116 asserts that dp divides tp; the emulator's layout check names it)
+            d["chunked_prefill_size"] //= int(d["dp_size"])
             warnings.append("DP attention is enabled. The chunked prefill size is adjusted to %d "
                             "to avoid MoE kernel issues. " % d["chunked_prefill_size"])
     elif attn_dp > 1:
-        if tp % attn_dp:
-            raise ServerArgsCheckError("")  # parallel_hook.py:326 bare assert
         original = d["chunked_prefill_size"]
         d["chunked_prefill_size"] = original // attn_dp
         warnings.append("DP attention is enabled. chunked prefill size is adjusted from %d to %d."
@@ -169,10 +170,7 @@ def derive(release, asked, gpu_mem, cc, model):
         if a2a == "deepep" and d.get("deepep_mode") == "normal":
             d["disable_cuda_graph"] = True
             warnings.append("Cuda graph is disabled because deepep_mode=`normal`")
-        if new:
-            warnings.append("%s MoE is enabled. The expert parallel size is adjusted from %s to "
-                            "the tensor parallel size [%d]." % (a2a, d.get("ep_size"), tp))
-        else:
+        if not new:  # 0.5.23 logs it at INFO only (srt/arg_groups/overrides.py:1610-1617)
             warnings.append("DeepEP MoE is enabled. The expert parallel size is adjusted to be "
                             "the same as the tensor parallel size[%d]." % tp)
         d["ep_size"] = tp
@@ -206,3 +204,14 @@ def check(release, d):
             and not d.get("enable_dp_attention")):
         # 0.5.9 srt/server_args.py:5143-5145
         raise ServerArgsCheckError("multi-node data parallel is not supported unless dp attention!")
+
+
+def refusal(release, args):
+    """What ``launch_server`` dies of before any GPU work, or None: the derivation's asserts
+    and ``check_server_args`` (the checks do not depend on the GPUs' memory)."""
+    try:
+        derived, _warnings = derive(release, args, None, None, model_facts(args.get("model_path") or ""))
+        check(release, derived)
+    except ServerArgsCheckError as exc:
+        return exc
+    return None
