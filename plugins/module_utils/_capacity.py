@@ -18,14 +18,14 @@ Rules used (shared/reference/prereqs.md §9, read against SGLang's source there)
   (SGLang ``QKVParallelLinear``: ``max(1, kv_heads // tp)`` heads per rank).
 * EP runs inside the TP group (ep divides tp): a rank holds ``ceil(E / ep)`` experts, each
   split ``tp / ep`` ways, so EP with the same GPUs moves the same bytes as TP.
-* ``dp`` is ``--dp-size``: ``dp`` replicas of the ``tp * pp`` group on ``tp * pp * dp`` GPUs
-  (``_strategy.gpus_needed``, the collection's one GPU-count rule), each replica planned
-  like a lone ``tp * pp`` server.
-* DP attention (``dp_attention=True``, ``dp > 1``) instead splits the TP group into ``dp``
-  attention replicas on ``tp * pp`` GPUs: attention
+* ``dp`` is DP attention (``dp_attention=True``, the default, as strategies render it):
+  it splits the TP group into ``dp`` attention replicas on ``tp * pp`` GPUs
+  (``_strategy.gpus_needed``, the collection's one GPU-count rule): attention
   weights are split only ``tp / dp`` ways and the input embedding is replicated
   (SGLang ``DeepseekV2Model``: ``VocabParallelEmbedding(enable_tp=not
   is_dp_attention_enabled())``); MLP and experts keep the full TP split.
+  ``dp_attention=False`` plans plain ``--dp-size`` replicas instead, ``dp`` copies of the
+  ``tp * pp`` group on ``tp * pp * dp`` GPUs, each planned like a lone server.
 * PP: SGLang's ``get_pp_indices`` gives every stage ``L // pp`` layers and the last
   ``L % pp`` stages one more, unless ``SGLANG_PP_LAYER_PARTITION`` lists the sizes.
   Stage 0 holds the embedding (and the vision tower), the last stage ``lm_head``.
@@ -91,30 +91,85 @@ def kv_dtype_bytes(kv_dtype, spec):
     return _KV_DTYPES[key]
 
 
-def default_mem_fraction_static(gpu_memory_mib, tp=1, pp=1, mla=True):
-    """SGLang 0.5.10's default ``mem_fraction_static`` (no speculative decoding, no DP attention).
+def _bands(gpu, tp):
+    """(chunked prefill, CUDA-graph max batch) by GPU memory (MiB): 0.5.9
+    ``srt/server_args.py:936-1001``, the same in 0.5.10 and 0.5.23 (``memory_hook.py``)."""
+    if gpu < 20 * 1024:
+        return 2048, 8
+    if gpu < 35 * 1024:
+        return 2048, (24 if tp < 4 else 80)
+    if gpu < 60 * 1024:
+        return 4096, (32 if tp < 4 else 160)
+    if gpu < 160 * 1024:
+        return 8192, (256 if tp < 4 else 512)
+    return 16384, 512
 
-    prereqs.md §9.3 step 6: chunked-prefill size and CUDA-graph max batch by GPU memory,
-    reserved (MiB) = 512 + 1.5 * max(chunk, 2048) + 2 * max_bs + tp*pp/8 * 1024 + 1536 (MLA),
-    at least 10240 MiB above 60 GiB; fraction = (gpu - reserved) / gpu, 3 decimals.
+
+def vlm_fraction_factor(vit):
+    """``adjust_mem_fraction_for_vlm`` (0.5.9 ``srt/server_args.py:5483-5521``, 0.5.23
+    ``srt/arg_groups/memory_hook.py:417-460``): 0.95 times a factor of the vision tower's
+    size against ViT-L/14 (24 layers x 1024), clamped to [0.8, 1.05]."""
+    layers, hidden = vit
+    ratio = (layers * hidden ** 2) / float(24 * 1024 ** 2)
+    return 0.95 * max(0.8, min(1.05, 1.0 - 0.1 * (ratio - 1.0)))
+
+
+def default_mem_fraction_static(gpu_memory_mib, tp=1, pp=1, mla=True, release=None,
+                                dp_attention=1, vit=None, a2a="none"):
+    """SGLang's default ``mem_fraction_static`` for ``release``: ``(fraction, reserved_mib)``.
+
+    No speculative decoding. ``dp_attention`` is the DP-attention width (1: off), ``vit``
+    the vision tower as SGLang reads it (``ModelSpec.sglang_vit``; None: text-only).
+
+    * ``release`` 0.5.9 or older (checked against the real 0.5.9,
+      ``tests/fixtures/server-args``): ``srt/server_args.py:1030-1062``, reserved = 512 +
+      1.5 * max(chunk, 2048) + 2 * max_bs + tp*pp/8 * 1024 (+ DP attention: 3 * max_bs * dp,
+      + 1.5 * max_bs * dp above max_bs 300), at least 10240 MiB above 60 GiB; no MLA term.
+    * 0.5.23 or newer (checked against the real 0.5.23): ``srt/arg_groups/memory_hook.py:
+      309-317`` with ``reserve_for_graph_mb`` (:357-399): the same plus, while the prefill
+      CUDA graph is on (pp 1; ``cuda_graph_hook.py:150-160`` turns it off for pp > 1), 1536
+      for MLA and 1024 for DeepEP (before the 10240 floor), and 2048 for DeepEP after it
+      (:402-414).
+    * otherwise (``None``, 0.5.10-0.5.22): 0.5.10's, prereqs.md §9.3 step 6 (the 0.5.23
+      form without DP attention and DeepEP).
+
+    Fraction = (gpu - reserved) / gpu, 3 decimals; then, for a multimodal model, times
+    :func:`vlm_fraction_factor` (not rounded again).
     """
     gpu = float(gpu_memory_mib)
-    if gpu < 20 * 1024:
-        chunk, max_bs = 2048, 8
-    elif gpu < 35 * 1024:
-        chunk, max_bs = 2048, (24 if tp < 4 else 80)
-    elif gpu < 60 * 1024:
-        chunk, max_bs = 4096, (32 if tp < 4 else 160)
-    elif gpu < 160 * 1024:
-        chunk, max_bs = 8192, (256 if tp < 4 else 512)
-    else:
-        chunk, max_bs = 16384, 512
+    chunk, max_bs = _bands(gpu, tp)
+    version = _release_tuple(release)
     reserved = 512 + 1.5 * max(chunk, 2048) + 2 * max_bs + tp * pp / 8.0 * 1024
-    if mla:
+    if version is not None and int(dp_attention) > 1:
+        reserved += max_bs * int(dp_attention) * 3
+        if max_bs > 300:
+            reserved += max_bs * int(dp_attention) * 1.5
+    new = version is not None and version >= (0, 5, 23)
+    # 0.5.23 turns the (breakable) prefill CUDA graph off under pp > 1 by default
+    # (srt/arg_groups/cuda_graph_hook.py:150-160), and with it its reserve
+    prefill_graph = not new or pp == 1
+    if mla and (version is None or version >= (0, 5, 10)) and prefill_graph:
         reserved += 1536
+    if new and a2a == "deepep" and prefill_graph:
+        reserved += 1024  # breakable prefill graph with DeepEP (memory_hook.py:391-397)
     if gpu > 60 * 1024:
         reserved = max(reserved, 10240)
-    return round((gpu - reserved) / gpu, 3), reserved
+    if new and a2a == "deepep":
+        reserved += 2048
+    fraction = round((gpu - reserved) / gpu, 3)
+    if vit and version is not None:
+        fraction *= vlm_fraction_factor(vit)
+    return fraction, reserved
+
+
+def _release_tuple(release):
+    if not release:
+        return None
+    parts = []
+    for piece in str(release).split(".")[:3]:
+        digits = "".join(c for c in piece if c.isdigit())
+        parts.append(int(digits or 0))
+    return tuple(parts)
 
 
 def default_pp_partition(num_layers, pp):
@@ -290,7 +345,7 @@ def _check_layout(layout, gpu_count, nnodes, dp_attention):
         raise LayoutError("cannot plan: layout sizes must be positive, got %r" % (layout,))
     if tp % ep:
         raise LayoutError("cannot plan: ep %d does not divide tp %d" % (ep, tp))
-    dp_attention = bool(dp_attention)
+    dp_attention = bool(dp_attention) and dp > 1
     if dp_attention and tp % dp:
         raise LayoutError("cannot plan: dp %d does not divide tp %d for DP attention" % (dp, tp))
     total_gpus = int(gpu_count) * int(nnodes)
@@ -303,10 +358,12 @@ def _check_layout(layout, gpu_count, nnodes, dp_attention):
     return tp, pp, ep, dp, dp_attention, total_gpus
 
 
-def _memory_fraction(spec, tp, pp, gpu_memory_mib, mem_fraction_static):
+def _memory_fraction(spec, tp, pp, gpu_memory_mib, mem_fraction_static, release=None,
+                     dp_attention=1):
     """``(fraction, default_fraction, reserved_mib)``: the static pool's share of a GPU."""
     default_fraction, reserved = default_mem_fraction_static(
-        gpu_memory_mib, tp, pp, mla=spec.attention == "mla")
+        gpu_memory_mib, tp, pp, mla=spec.attention == "mla", release=release,
+        dp_attention=dp_attention, vit=spec.sglang_vit)
     fraction = default_fraction if mem_fraction_static is None else float(mem_fraction_static)
     if not 0.0 < fraction < 1.0:
         raise CannotPlan("cannot plan: mem_fraction_static must be between 0 and 1, got %r" % fraction)
@@ -370,13 +427,14 @@ def _plan_notes(lay, spec, mem_fraction_static, fraction, gpu_memory_mib):
 
 
 def plan_layout(spec, layout, gpu_count, gpu_memory_mib, mem_fraction_static=None,
-                context_length=None, kv_dtype="auto", nnodes=1, dp_attention=False,
-                name=None, pp_partition=None):
+                context_length=None, kv_dtype="auto", nnodes=1, dp_attention=True,
+                name=None, pp_partition=None, release=None):
     """Plan one layout ``{tp, pp, ep, dp}`` of ``spec`` on ``gpu_count`` GPUs per node.
 
-    ``dp`` is ``--dp-size``: replicas of the ``tp * pp`` group, as the collection renders
-    it; ``dp_attention=True`` plans ``--enable-dp-attention`` instead (dp splits the TP
-    group). Returns a dict of plain values (see the module's RETURN). Raises
+    ``dp`` is DP attention, as the collection renders it (dp splits the TP group);
+    ``dp_attention=False`` plans plain ``--dp-size`` replicas of the ``tp * pp`` group.
+    ``release`` picks that SGLang release's default ``mem_fraction_static``
+    (:func:`default_mem_fraction_static`). Returns a dict of plain values (see the module's RETURN). Raises
     :class:`CannotPlan` (or its subclass :class:`LayoutError`) with the reason when no
     number can be given.
     """
@@ -386,8 +444,9 @@ def plan_layout(spec, layout, gpu_count, gpu_memory_mib, mem_fraction_static=Non
     if spec.num_layers < pp:
         raise LayoutError("cannot plan: %d layers cannot fill %d PP stages" % (spec.num_layers, pp))
     lay = _Layout(spec, tp, pp, ep, dp, dp_attention)
-    fraction, default_fraction, reserved = _memory_fraction(spec, tp, pp, gpu_memory_mib,
-                                                            mem_fraction_static)
+    fraction, default_fraction, reserved = _memory_fraction(
+        spec, tp, pp, gpu_memory_mib, mem_fraction_static, release=release,
+        dp_attention=dp if dp_attention else 1)
     budget = float(gpu_memory_mib) * MIB * fraction
     cell = lay.kv_cell_per_layer(kv_dtype_bytes(kv_dtype, spec))
     required = int(context_length) if context_length else 0

@@ -311,6 +311,9 @@ class ModelSpec(object):
         self.tied_embeddings = False
         self.vision_bytes = 0
         self.vision_params = 0
+        # the vision tower's (layers, hidden size) as SGLang's config class reads them, for
+        # its multimodal memory adjustment (None: text-only)
+        self.sglang_vit = None
         self.params = 0
         self.max_context = None
         self.dense_bytes = 2
@@ -620,6 +623,9 @@ def spec_from_config(config, index=None):
     vcfg = top.get("vision_config")
     if spec.model_type in WRAPPER_TYPES and isinstance(vcfg, dict):
         spec.vision_params, spec.vision_bytes = _moonvit(vcfg, spec.dense_bytes)
+        # SGLang's KimiK25VisionConfig reads num_hidden_layers / hidden_size, defaults 27 /
+        # 1152 (0.5.9 srt/configs/kimi_k25.py:45-46); the checkpoint names them vt_*
+        spec.sglang_vit = (vcfg.get("num_hidden_layers", 27), vcfg.get("hidden_size", 1152))
     elif isinstance(vcfg, dict):
         raise CannotPlan("cannot plan: vision tower of %r is not known" % spec.model_type)
     spec.max_context = cfg.get("max_position_embeddings")

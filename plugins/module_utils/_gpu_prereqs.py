@@ -230,7 +230,7 @@ def _rule_strategy(facts, strategy):
     if gpus and need % len(gpus):
         return [_check("strategy", False, ERROR,
                        "%s needs %d GPUs, not a multiple of this host's %d" % (detail, need, len(gpus)),
-                       "choose a strategy whose tp*pp*dp is a multiple of the GPUs per host")]
+                       "choose a strategy whose tp*pp is a multiple of the GPUs per host")]
     return [_check("strategy", True, INFO, "%s on %d GPU(s) per host" % (detail, len(gpus)))]
 
 

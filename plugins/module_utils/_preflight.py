@@ -53,7 +53,8 @@ def _names(found):
 
 
 def host_gpus(settings, found, host, detail=None):
-    """The GPUs the server plans with: ``{count, memory_mib, name, source, memory_source}``.
+    """The GPUs the server plans with: ``{count, memory_mib, name, compute_capability, source,
+    memory_source}`` (the compute capability when every GPU read has the same one, else None).
 
     ``settings`` holds ``gpu_count`` and ``gpu_memory_mib`` as the inventory gives them
     (unset: ``None`` or empty); ``found`` is the GPU list the doctor read on the host
@@ -81,7 +82,7 @@ def host_gpus(settings, found, host, detail=None):
                 "nvidia-smi work there" % (host, " and ".join(unset), "is" if len(unset) == 1 else "are",
                                            detail or "nvidia-smi found none", " and ".join(unset)))
         return {"count": given["gpu_count"], "memory_mib": given["gpu_memory_mib"], "name": None,
-                "source": "inventory", "memory_source": "inventory"}
+                "compute_capability": None, "source": "inventory", "memory_source": "inventory"}
     names = _names(found)
     count = len(found)
     memories = [g.get("memory_mib") for g in found]
@@ -99,7 +100,9 @@ def host_gpus(settings, found, host, detail=None):
                         % (host, names))
     if problems:
         raise PreflightError(report(problems, host))
+    ccs = sorted(set(g.get("compute_capability") for g in found if g.get("compute_capability")))
     return {"count": count, "memory_mib": given.get("gpu_memory_mib", memory), "name": names,
+            "compute_capability": ccs[0] if len(ccs) == 1 else None,
             "source": "inventory" if "gpu_count" in given else "detected",
             "memory_source": "inventory" if "gpu_memory_mib" in given else "detected"}
 
@@ -191,7 +194,8 @@ def plan(model_path, layout, settings, extra_args):
             mem_fraction_static=fraction,
             context_length=settings.get("context_length") or None,
             kv_dtype=settings.get("kv_dtype") or "auto",
-            nnodes=int(settings.get("nnodes") or 1))
+            nnodes=int(settings.get("nnodes") or 1),
+            release=settings.get("release") or None)
     except CannotPlan as exc:
         raise PreflightError(str(exc))
     result = plans[0]

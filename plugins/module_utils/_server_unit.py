@@ -263,7 +263,7 @@ def record(previous, p, unit_sha1, now, restarted, env_sha1=None):
         deployed_at = format_time(now)
     else:
         deployed_at = previous["deployed_at"]
-    return {
+    rec = {
         "strategy": strategy_of(p),
         "layout": p.get("layout"),
         "release": p.get("release"),
@@ -274,6 +274,10 @@ def record(previous, p, unit_sha1, now, restarted, env_sha1=None):
         "port": port_of(p),
         "deployed_at": deployed_at,
     }
+    if p.get("server_args"):
+        # the release's own derivation: what it changed against what was asked
+        rec["server_args"] = p["server_args"]
+    return rec
 
 
 def read_bytes(path):

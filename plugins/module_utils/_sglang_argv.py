@@ -440,6 +440,11 @@ def _request_items(layout, server_args, extra_args):
             continue
         items.append({"flag": spellings[0], "value": value, "section": "layout",
                       "origin": "layout", "candidates": spellings})
+        asked = set(normalize_flag(n) for n in list(server_args or {}) + list(extra_args or {}))
+        if key == "dp" and not asked.intersection(("--enable-dp-attention", "--attn-dp-size")):
+            # a strategy's dp is DP attention (_strategy); dp alone would be replicas
+            items.append({"flag": "--enable-dp-attention", "value": True, "section": "layout",
+                          "origin": "layout"})
     for name, value in (extra_args or {}).items():
         items.append({"flag": normalize_flag(name), "value": value, "section": "extra",
                       "origin": "extra_args"})

@@ -12,21 +12,24 @@ A strategy names how one SGLang server spreads a model over GPUs:
 * the grammar ``tp<N>[-pp<N>][-ep<N>][-dp<N>]``, e.g. ``tp16`` over two hosts or
   ``tp8-pp2``; a leading ``pp<N>`` (tp 1) is accepted as well, as in the ``pp8`` preset.
 
-``dp`` is SGLang's ``--dp-size``: the number of data-parallel replicas of the
-``tp * pp`` group. The collection renders it as ``--dp-size N`` alone (``_sglang_argv``),
-without ``--enable-dp-attention``, and that is what it means to SGLang: N full copies of
-the model, each on its own ``tp * pp`` GPUs. (DP attention, where dp splits the TP group
-instead of multiplying it, is not a strategy here; the capacity planner can still plan it
-with ``dp_attention=True``.)
+``dp`` is DP attention: the TP group's attention layers split into ``dp`` data-parallel
+groups (the MoE and MLP layers keep the full TP split), on ``tp * pp`` GPUs. The collection
+renders it in each release's own spelling (``_sglang_argv``): ``--dp-size N
+--enable-dp-attention`` up to 0.5.9, ``--attn-dp-size N`` from 0.5.23 (where the old pair is
+deprecated). ``--dp-size N`` alone would mean something else to SGLang: N full replicas of
+the ``tp * pp`` group on ``tp * pp * N`` GPUs (0.5.9 ``srt/server_args.py:2109-2125``: DP
+attention only with ``enable_dp_attention``; ``data_parallel_controller.py`` places the
+replicas on consecutive GPU ids), which is not a strategy here (the capacity planner can
+still plan it with ``dp_attention=False``).
 
 SGLang's rules that a layout must obey before any server is touched:
 
-* ``tp * pp * dp`` GPUs per server (:func:`gpus_needed`) equal the GPUs the server's
-  hosts have (``gpus_per_node * nnodes``);
+* ``tp * pp`` GPUs per server (:func:`gpus_needed`) equal the GPUs the server's hosts
+  have (``gpus_per_node * nnodes``);
 * the expert-parallel size divides the tensor-parallel size (SGLang runs EP inside the
   TP group: ``--ep-size`` must divide ``--tp-size``);
-* with DP attention only, the data-parallel size divides the tensor-parallel size (DP
-  attention splits the TP group into DP replicas of the attention layers).
+* the DP-attention size divides the tensor-parallel size (0.5.9
+  ``srt/server_args.py:2116`` ``assert self.tp_size % self.dp_size == 0``).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -121,6 +124,11 @@ def normalize_layout(layout, source=None):
             "strategy %s: ep %d does not divide tp %d (SGLang runs expert parallelism "
             "inside the tensor-parallel group)" % (label, result["ep"], result["tp"])
         )
+    if result["tp"] % result["dp"]:
+        raise StrategyError(
+            "strategy %s: dp %d does not divide tp %d (dp is DP attention, which splits the "
+            "tensor-parallel group)" % (label, result["dp"], result["tp"])
+        )
     return result
 
 
@@ -137,12 +145,12 @@ def strategy_name(layout):
     return "-".join(parts)
 
 
-def gpus_needed(layout, dp_attention=False):
+def gpus_needed(layout, dp_attention=True):
     """GPUs one server of ``layout`` runs on: the collection's one GPU-count rule.
 
-    ``tp * pp * dp``: ``--dp-size N`` without ``--enable-dp-attention`` runs N replicas of
-    the ``tp * pp`` group. With DP attention (``dp_attention=True``) dp splits the TP group
-    and the server needs ``tp * pp``; then dp must divide tp (StrategyError otherwise).
+    ``tp * pp``: a strategy's dp is DP attention, which splits the TP group; then dp must
+    divide tp (StrategyError otherwise). ``dp_attention=False`` counts plain ``--dp-size N``
+    replicas instead: ``tp * pp * dp`` (the capacity planner's replica mode).
     """
     tp, pp, dp = (int(layout.get(key, 1)) for key in ("tp", "pp", "dp"))
     if dp_attention:
@@ -154,17 +162,22 @@ def gpus_needed(layout, dp_attention=False):
     return tp * pp * dp
 
 
-def gpu_formula(layout, dp_attention=False):
+def gpu_formula(layout, dp_attention=True):
     """How :func:`gpus_needed` counted, for messages: ``'tp*pp*dp = 4*1*2 = 8'``."""
     if dp_attention or int(layout.get("dp", 1)) == 1:
         return "tp*pp = %d*%d = %d" % (layout["tp"], layout["pp"], gpus_needed(layout, dp_attention))
     return "tp*pp*dp = %d*%d*%d = %d" % (layout["tp"], layout["pp"], layout["dp"],
-                                         gpus_needed(layout))
+                                         gpus_needed(layout, dp_attention=False))
 
 
-def check_fits(layout, gpus_per_node, nnodes=1, source=None, dp_attention=False):
+def check_fits(layout, gpus_per_node, nnodes=1, source=None, dp_attention=True):
     """Raise StrategyError unless :func:`gpus_needed` equals the GPUs of the server's hosts."""
-    label = _shorten(source if source is not None else strategy_name(layout))
+    if source is None:
+        try:
+            source = strategy_name(layout)
+        except StrategyError:  # a replica layout (dp_attention=False) that is no strategy
+            source = layout
+    label = _shorten(source)
     for what, value in (("GPU count", gpus_per_node), ("node count", nnodes)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise StrategyError(

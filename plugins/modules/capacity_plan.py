@@ -65,9 +65,10 @@ options:
         C(tp<N>[-pp<N>][-ep<N>][-dp<N>])); a mapping is a layout with keys C(tp), C(pp),
         C(ep), C(dp) and optionally C(name), C(dp_attention) and
         C(pp_layer_partition) (a split to evaluate instead of searching one).
-      - C(dp) is SGLang's C(--dp-size) as the collection renders it, N replicas of the
-        C(tp*pp) group on C(tp*pp*dp) GPUs. C(dp_attention=true) plans C(--enable-dp-attention)
-        instead (dp splits the TP group, C(tp*pp) GPUs); default V(false).
+      - C(dp) is DP attention as the collection renders it (C(--dp-size N
+        --enable-dp-attention), C(--attn-dp-size N) from 0.5.23), which splits the TP group, on
+        C(tp*pp) GPUs. C(dp_attention=false) plans plain C(--dp-size) replicas instead, N copies
+        of the C(tp*pp) group on C(tp*pp*dp) GPUs; default V(true).
     type: list
     elements: raw
     required: true
@@ -85,6 +86,15 @@ options:
     description: Hosts one server spans (C(gpu_count) GPUs each).
     type: int
     default: 1
+  release:
+    description:
+      - The SGLang release the servers run, for its own default C(mem_fraction_static)
+        when O(mem_fraction_static) is not given. V(0.5.9) and older, and V(0.5.23) and
+        newer, follow those releases' formulas (checked against the real packages,
+        vision-language adjustment included); other values and no value use 0.5.10's.
+      - A deploy replaces this estimate with the number the installed release derives
+        itself (the C(server_args) that M(gpufleet.sglang.server_preflight) returns).
+    type: str
 """
 
 EXAMPLES = r"""
@@ -267,6 +277,7 @@ def main():
             context_length=dict(type="int"),
             kv_dtype=dict(type="str", default="auto"),
             nnodes=dict(type="int", default=1),
+            release=dict(type="str"),
         ),
         supports_check_mode=True,
     )
@@ -290,6 +301,7 @@ def main():
                 context_length=params["context_length"],
                 kv_dtype=params["kv_dtype"],
                 nnodes=params["nnodes"],
+                release=params["release"],
             )
             if "dp_attention" in extras:
                 kwargs["dp_attention"] = module.boolean(extras["dp_attention"])

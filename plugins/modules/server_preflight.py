@@ -82,7 +82,10 @@ options:
     description:
       - The memory planner's inputs. C(gpu_count), C(gpu_memory_mib), C(nnodes),
         C(mem_fraction_static) (0 for SGLang's default), C(context_length),
-        C(kv_dtype) and C(allow_unfit).
+        C(kv_dtype), C(allow_unfit) and C(release) (the release whose default
+        C(mem_fraction_static) formula the first plan uses; see
+        M(gpufleet.sglang.capacity_plan)). Once the release's own check has run, the plan
+        is made again with the fraction the release derived.
       - C(gpu_count) and C(gpu_memory_mib) (the inventory's C(sglang_gpu_count) and
         C(sglang_gpu_memory_mib)) may be V(null) or empty; then the GPUs the host has decide
         (their number and the memory.total of the smallest, in MiB). Set, they must agree
@@ -124,6 +127,14 @@ options:
         taken from or checked against. When it read no GPUs at all, its refusal stands alone.
       - Omit to skip the doctor.
     type: dict
+  strict:
+    description:
+      - Refuse, instead of warning, when the release changes a value the launch flags asked
+        for while it derives its settings (DP attention dropped, expert-parallel size
+        overridden by the all-to-all backend, ...). Changes of the release's own defaults
+        (the overlap schedule turned off by pipeline parallelism) are reported, not refused.
+    type: bool
+    default: false
 seealso:
   - module: gpufleet.sglang.server_flags
   - module: gpufleet.sglang.capacity_plan
@@ -209,6 +220,15 @@ cached:
   description: Which verdicts came from the host's cache (C(help), C(argparse)).
   returned: success
   type: dict
+server_args:
+  description:
+    - The release's own derivation and checks over RV(argv) for the host's GPUs (the
+      semantic gate), C(verdict) (V(ok), or V(skipped) with C(reason) when the GPU model was
+      not read), C(derived) (memory fraction, chunked prefill, CUDA-graph batch size,
+      attention backend, parallel sizes), C(changes) and C(messages) (what the release
+      changed against what was asked) and C(warnings) (what it logged while deriving).
+  returned: success
+  type: dict
 doctor:
   description: The doctor's C(ok), C(failed_checks), C(failures) and C(table) (when O(doctor) is given).
   returned: when O(doctor) is given
@@ -218,6 +238,7 @@ doctor:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _port_owner
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _server_args_gate as sa_gate
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _sglang_probe as probe
 from ansible_collections.gpufleet.sglang.plugins.module_utils._command import failure_payload, run
 from ansible_collections.gpufleet.sglang.plugins.module_utils._gpu_doctor import Prober, doctor, refusal
@@ -347,6 +368,36 @@ def probe_release(module, params, layout, result):
         module.fail_json(msg="sglang %s refuses the launch flags (server_extra_args or the server "
                              "settings): %s" % (version, error), **result)
     result["cached"] = {"help": help_cached, "argparse": verdict_cached}
+    check_server_args(module, params, info, argv, result)
+
+
+def check_server_args(module, params, info, argv, result):
+    """The release's own derivations and checks over ``argv`` (the semantic gate)."""
+    version = info["version"]
+    gpu = sa_gate.gpu_of(result.get("gpus") or {})
+    if gpu is None:
+        result["server_args"] = {"verdict": "skipped", "changes": [], "messages": [],
+                                 "reason": "the host's GPU model and compute capability were not read"}
+        module.warn("sglang %s: the server-args check was skipped: %s"
+                    % (version, result["server_args"]["reason"]))
+        return
+    try:
+        answer, cached = sa_gate.ask(module, params["python"], info, argv, gpu,
+                                     params["cache_dir"], params["timeout"])
+    except sa_gate.GateError as exc:
+        _fail_probe(module, "server_python %s: %s" % (params["python"], exc), exc, result)
+    gate = sa_gate.summary(answer, version)
+    result["server_args"] = gate
+    result["cached"]["server_args"] = cached
+    if gate["verdict"] != "ok":
+        module.fail_json(msg="sglang %s refuses the launch flags once it derives its settings for %d "
+                             "x %s: %s (%s)" % (version, gpu["count"], gpu["name"], gate["error"],
+                                                gate["where"]), **result)
+    if gate["strict_refuses"] and params["strict"]:
+        module.fail_json(msg="%s; refused because sglang_strict is true (nothing was changed on "
+                             "the host)" % "; ".join(gate["strict_refuses"]), **result)
+    for message in gate["messages"]:
+        module.warn(message)
 
 
 def _fail_probe(module, msg, exc, result):
@@ -376,6 +427,7 @@ def main():
             columns=dict(type="int", default=200),
             timeout=dict(type="int", default=120),
             doctor=dict(type="dict"),
+            strict=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
@@ -395,7 +447,30 @@ def main():
     except PreflightError as exc:
         module.fail_json(msg=str(exc), **result)
     probe_release(module, params, layout, result)
+    replan_with_release(module, params, layout, settings, result)
     module.exit_json(**result)
+
+
+def replan_with_release(module, params, layout, settings, result):
+    """Plan again with the static memory fraction the release itself derived, when the plan
+    used the planner's estimate of SGLang's default (the release's own number wins)."""
+    derived = (result.get("server_args") or {}).get("derived") or {}
+    fraction = derived.get("mem_fraction_static")
+    if fraction is None or result["plan"].get("fraction_from") != "SGLang's default":
+        return
+    estimate = result["plan"].get("mem_fraction_static")
+    try:
+        plan, _warnings = plan_memory(params["model_path"], layout,
+                                      dict(settings, mem_fraction_static=fraction),
+                                      params["extra_args"])
+        plan["fraction_from"] = "sglang %s's own default (server-args check)" % result["version"]
+        plan["planner_estimate_mem_fraction_static"] = estimate
+        result.update(plan=plan, pp_layer_partition=plan.get("pp_layer_partition") or "")
+        allow_unfit = module.boolean(params["plan"].get("allow_unfit") or False)
+        for warning in judge_plan(plan, params["host"], allow_unfit):
+            module.warn(warning)
+    except PreflightError as exc:
+        module.fail_json(msg=str(exc), **result)
 
 
 if __name__ == "__main__":

@@ -159,6 +159,13 @@ options:
   port:
     description: HTTP port of the server, for the record. Defaults to the value of C(--port) in O(argv).
     type: int
+  server_args:
+    description:
+      - What the release derived from the launch flags (O(argv)) and
+        what it changed against what was asked (M(gpufleet.sglang.server_preflight)'s
+        C(server_args)), written to the record as C(server_args). Empty writes nothing.
+    type: dict
+    default: {}
   record_path:
     description: Deployment record (a local fact file); its directory is created with mode 0755.
     type: path
@@ -684,6 +691,7 @@ def main():
             release=dict(type="str"),
             port=dict(type="int"),
             record_path=dict(type="path", default="/etc/ansible/facts.d/sglang.fact"),
+            server_args=dict(type="dict", default={}),
             verify=dict(type="bool", default=True),
             start=dict(type="bool", default=True),
             manage_account=dict(type="bool", default=True),

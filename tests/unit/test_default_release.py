@@ -36,6 +36,10 @@ def test_role_defaults_and_specs_name_the_newest_tested_release():
         assert _default_in(specs) == {NEWEST_TESTED_RELEASE}, role
 
 
+def test_the_planner_plans_for_it_when_no_release_is_named():
+    assert _default_in(_read("playbooks", "plan.yml")) == {NEWEST_TESTED_RELEASE}
+
+
 def test_the_emulator_emulates_it_as_its_newest_release():
     text = _read("tests", "emulator", "src", "sglang", "_emulator", "release.py")
     releases = re.search(r"RELEASES = \(([^)]*)\)", text).group(1)

@@ -187,20 +187,21 @@ def test_layout_gpu_mismatch_refused(k25):
     assert plan_layout(k25, {"tp": 16}, 8, RTX_PRO_6000_MIB, nnodes=2)["gpus"] == 16
 
 
-def test_tp4_dp2_is_two_replicas_on_eight_gpus(k25):
-    """dp without DP attention (what the collection renders) replicates the tp group."""
-    plan = plan_layout(k25, {"tp": 4, "dp": 2}, 8, RTX_PRO_6000_MIB)
-    assert plan["gpus"] == 8 and not plan["layout"]["dp_attention"]
+def test_tp4_dp2_is_dp_attention_on_four_gpus_replicas_on_eight(k25):
+    """A strategy's dp is DP attention (what the collection renders): dp splits the tp group."""
+    plan = plan_layout(k25, {"tp": 4, "dp": 2}, 4, RTX_PRO_6000_MIB)
+    assert plan["gpus"] == 4 and plan["layout"]["dp_attention"]
+    with pytest.raises(cap.LayoutError, match="needs 4 GPUs, the server has 8"):
+        plan_layout(k25, {"tp": 4, "dp": 2}, 8, RTX_PRO_6000_MIB)
+    # plain --dp-size replicas (dp_attention=False) replicate the tp group: 8 GPUs
+    replicas = plan_layout(k25, {"tp": 4, "dp": 2}, 8, RTX_PRO_6000_MIB, dp_attention=False)
+    assert replicas["gpus"] == 8 and not replicas["layout"]["dp_attention"]
     tp4 = plan_layout(k25, {"tp": 4}, 4, RTX_PRO_6000_MIB)
     # every replica holds what a lone tp4 server holds
-    assert plan["weights_per_gpu_gib"] == tp4["weights_per_gpu_gib"] * 2
-    assert plan["kv_tokens"] == tp4["kv_tokens"]
+    assert replicas["weights_per_gpu_gib"] == tp4["weights_per_gpu_gib"] * 2
+    assert replicas["kv_tokens"] == tp4["kv_tokens"]
     with pytest.raises(cap.LayoutError, match="needs 8 GPUs, the server has 4"):
-        plan_layout(k25, {"tp": 4, "dp": 2}, 4, RTX_PRO_6000_MIB)
-    # DP attention splits the tp4 group instead: 4 GPUs
-    assert plan_layout(k25, {"tp": 4, "dp": 2}, 4, RTX_PRO_6000_MIB, dp_attention=True)["gpus"] == 4
-    with pytest.raises(cap.LayoutError, match="needs 4 GPUs, the server has 8"):
-        plan_layout(k25, {"tp": 4, "dp": 2}, 8, RTX_PRO_6000_MIB, dp_attention=True)
+        plan_layout(k25, {"tp": 4, "dp": 2}, 4, RTX_PRO_6000_MIB, dp_attention=False)
 
 
 @pytest.mark.parametrize("dp_attention", [False, True])

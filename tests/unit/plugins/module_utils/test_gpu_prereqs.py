@@ -394,13 +394,15 @@ def test_strategy_rules():
     assert not by_name(rules.evaluate(base_facts(), strategy="tp12"))["strategy"]["ok"]
     assert not by_name(rules.evaluate(base_facts(), strategy="bogus"))["strategy"]["ok"]
     assert by_name(rules.evaluate(base_facts(), strategy={"tp": 4}))["strategy"]["severity"] == "warning"
-    # dp replicas count: tp4-dp2 is two tp4 servers' worth of GPUs (the same rule as check_fits)
+    # dp is DP attention: tp8-dp8 splits the tp8 group, 8 GPUs (the same rule as check_fits)
     facts = base_facts()
     assert len(facts["gpus"]) == 8
+    tp8_dp8 = by_name(rules.evaluate(facts, strategy="tp8-dp8"))["strategy"]
+    assert tp8_dp8["ok"] and tp8_dp8["severity"] == "info" and "8 GPU(s) per host" in tp8_dp8["detail"]
     tp4_dp2 = by_name(rules.evaluate(facts, strategy="tp4-dp2"))["strategy"]
-    assert tp4_dp2["ok"] and tp4_dp2["severity"] == "info" and "8 GPU(s) per host" in tp4_dp2["detail"]
+    assert tp4_dp2["ok"] and tp4_dp2["severity"] == "warning" and "uses 4 of the 8" in tp4_dp2["detail"]
     tp4_dp3 = by_name(rules.evaluate(facts, strategy="tp4-dp3"))["strategy"]
-    assert not tp4_dp3["ok"] and "needs 12 GPUs" in tp4_dp3["detail"]
+    assert not tp4_dp3["ok"] and "dp 3 does not divide tp 4" in tp4_dp3["detail"]
 
 
 def test_version_order_and_driver_minimum():

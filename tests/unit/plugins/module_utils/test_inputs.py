@@ -126,7 +126,7 @@ def test_no_layout_verdict_without_a_usable_gpu_count():
     ("tp4", 1, {"name": "tp4", "tp": 4, "pp": 1, "ep": 1, "dp": 1, "nnodes": 1, "gpus": 4}),
     ("tp8-ep8", 1, {"name": "ep8", "tp": 8, "pp": 1, "ep": 8, "dp": 1, "nnodes": 1, "gpus": 8}),
     ("tp16", 2, {"name": "tp16", "tp": 16, "pp": 1, "ep": 1, "dp": 1, "nnodes": 2, "gpus": 16}),
-    ("tp4-dp2", 1, {"name": "tp4-dp2", "tp": 4, "pp": 1, "ep": 1, "dp": 2, "nnodes": 1, "gpus": 8}),
+    ("tp4-dp2", 1, {"name": "tp4-dp2", "tp": 4, "pp": 1, "ep": 1, "dp": 2, "nnodes": 1, "gpus": 4}),
 ])
 def test_without_a_gpu_count_the_fit_is_left_to_the_host(unset, strategy, nnodes, expect):
     # no GPU count on the controller: the layout is the strategy's, not checked against GPUs

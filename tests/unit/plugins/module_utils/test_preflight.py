@@ -24,7 +24,7 @@ H200_X8 = _gpus(8, 143771, "NVIDIA H200")
 def test_unset_values_are_read_from_the_host(unset):
     gpus = host_gpus({"gpu_count": unset, "gpu_memory_mib": unset}, RTX_X8, "gpu-1")
     assert gpus == {"count": 8, "memory_mib": 97887, "name": RTX, "source": "detected",
-                    "memory_source": "detected"}
+                    "memory_source": "detected", "compute_capability": None}
 
 
 def test_each_host_reads_its_own_gpus():
@@ -33,6 +33,13 @@ def test_each_host_reads_its_own_gpus():
     assert host_gpus(settings, RTX_X8, "rtx-1")["memory_mib"] == 97887
     assert host_gpus(settings, H200_X8, "h200-1")["memory_mib"] == 143771
     assert host_gpus(settings, _gpus(4, 81559, "NVIDIA H100 80GB HBM3"), "h100-1")["count"] == 4
+
+
+def test_one_compute_capability_is_kept_a_mix_is_not():
+    found = [dict(g, compute_capability="12.0") for g in RTX_X8]
+    assert host_gpus({}, found, "gpu-1")["compute_capability"] == "12.0"
+    found[0]["compute_capability"] = "9.0"
+    assert host_gpus({}, found, "gpu-1")["compute_capability"] is None
 
 
 def test_the_smallest_gpu_gives_the_memory():
@@ -45,7 +52,7 @@ def test_the_smallest_gpu_gives_the_memory():
 def test_values_that_agree_come_from_the_inventory():
     gpus = host_gpus({"gpu_count": "8", "gpu_memory_mib": 97887}, RTX_X8, "gpu-1")
     assert gpus == {"count": 8, "memory_mib": 97887, "name": RTX, "source": "inventory",
-                    "memory_source": "inventory"}
+                    "memory_source": "inventory", "compute_capability": None}
     mixed = host_gpus({"gpu_count": 8, "gpu_memory_mib": None}, RTX_X8, "gpu-1")
     assert (mixed["source"], mixed["memory_source"]) == ("inventory", "detected")
 
@@ -86,7 +93,7 @@ def test_a_malformed_value_is_refused_before_the_hardware_is_compared(settings, 
 def test_without_gpus_read_the_inventory_must_say():
     gpus = host_gpus({"gpu_count": 8, "gpu_memory_mib": 97887}, [], "gpu-1", "no doctor")
     assert gpus == {"count": 8, "memory_mib": 97887, "name": None, "source": "inventory",
-                    "memory_source": "inventory"}
+                    "memory_source": "inventory", "compute_capability": None}
     with pytest.raises(PreflightError) as exc:
         host_gpus({"gpu_count": 8}, [], "gpu-1", "nvidia-smi cannot talk to the NVIDIA driver")
     assert str(exc.value) == (

@@ -213,10 +213,16 @@ def test_dp_attention(release):
         assert tr
 
 
-def test_plain_dp_on_0_5_23_is_replicas():
-    argv, tr = render("0.5.23", {"tp": 8, "dp": 2})
-    assert argv[-2:] == ["--dp-size", "2"] and tr == []
-    parse_ok("0.5.23", argv)
+@pytest.mark.parametrize("release", RELEASES)
+def test_a_strategys_dp_is_dp_attention_in_each_releases_spelling(release):
+    argv, tr = render(release, {"tp": 8, "dp": 2})
+    ns = parse_ok(release, argv)
+    if release == "0.5.23":
+        assert argv[-2:] == ["--attn-dp-size", "2"] and tr and "--dp-size" not in argv
+        assert val(release, ns, "--dp-size") in (None, 1)
+    else:
+        assert argv[-3:] == ["--data-parallel-size", "2", "--enable-dp-attention"] and tr == []
+        assert val(release, ns, "--enable-dp-attention") is True
 
 
 @pytest.mark.parametrize("release", RELEASES)

@@ -57,42 +57,36 @@ def test_divisibility(name, msg):
         parse_strategy(name)
 
 
-def test_dp_is_replicas_and_need_not_divide_tp():
-    # --dp-size without DP attention replicates the tp*pp group: no divisibility rule
-    layout = parse_strategy("tp8-dp3")
-    assert layout == {"tp": 8, "pp": 1, "ep": 1, "dp": 3}
-    assert gpus_needed(layout) == 24
-    check_fits(layout, 8, nnodes=3)
-    # with DP attention dp splits the TP group, so it must divide tp
-    with pytest.raises(StrategyError, match="dp 3 does not divide tp 8"):
-        gpus_needed(layout, dp_attention=True)
+def test_dp_is_dp_attention_and_must_divide_tp():
+    # a strategy's dp is DP attention: it splits the TP group, so it must divide tp
     with pytest.raises(StrategyError, match="strategy 'tp8-dp3': dp 3 does not divide tp 8"):
-        check_fits(layout, 8, dp_attention=True)
-
-
-def test_tp4_dp2_needs_eight_gpus():
-    """tp4-dp2 renders '--tp-size 4 --dp-size 2' (no DP attention): two tp4 replicas."""
-    layout = parse_strategy("tp4-dp2")
+        parse_strategy("tp8-dp3")
+    layout = parse_strategy("tp8-dp8")
+    assert layout == {"tp": 8, "pp": 1, "ep": 1, "dp": 8}
     assert gpus_needed(layout) == 8
     check_fits(layout, 8)
-    check_fits(layout, 4, nnodes=2)
+    # plain --dp-size replicas (the planner's dp_attention=False) would need 64
+    assert gpus_needed(layout, dp_attention=False) == 64
     with pytest.raises(StrategyError,
-                       match=r"needs tp\*pp\*dp = 4\*1\*2 = 8 GPUs, but the server has 4 "
-                             r"\(1 node\(s\) x 4 GPUs\); tp\*pp\*dp must equal the GPU count"):
-        check_fits(layout, 4)
-    # DP attention: dp splits the tp4 group, 4 GPUs
-    assert gpus_needed(layout, dp_attention=True) == 4
-    check_fits(layout, 4, dp_attention=True)
+                       match=r"needs tp\*pp\*dp = 8\*1\*8 = 64 GPUs, but the server has 8 "
+                             r"\(1 node\(s\) x 8 GPUs\); tp\*pp\*dp must equal the GPU count"):
+        check_fits(layout, 8, dp_attention=False)
+
+
+def test_tp4_dp2_needs_four_gpus():
+    """tp4-dp2 renders DP attention: dp splits the tp4 group, 4 GPUs."""
+    layout = parse_strategy("tp4-dp2")
+    assert gpus_needed(layout) == 4
+    check_fits(layout, 4)
     with pytest.raises(StrategyError, match=r"needs tp\*pp = 4\*1 = 4 GPUs, but the server has 8"):
-        check_fits(layout, 8, dp_attention=True)
-    plan = resolve("tp4-dp2", 8)
-    assert plan["gpus"] == 8 and plan["name"] == "tp4-dp2"
+        check_fits(layout, 8)
+    assert resolve("tp4-dp2", 4)["gpus"] == 4
     with pytest.raises(StrategyError):
-        resolve("tp4-dp2", 4)
+        resolve("tp4-dp2", 8)
 
 
 @pytest.mark.parametrize("name, gpus", [("tp8", 8), ("pp8", 8), ("ep4", 8), ("tp8-pp2", 16),
-                                        ("tp2-pp2-dp2", 8), ("tp1-dp8", 8), ("tp8-pp2-ep4-dp2", 32)])
+                                        ("tp2-pp2-dp2", 4), ("tp8-dp8", 8), ("tp8-pp2-ep4-dp2", 16)])
 def test_gpus_needed(name, gpus):
     assert gpus_needed(parse_strategy(name)) == gpus
     assert resolve(name, gpus)["gpus"] == gpus

@@ -28,6 +28,14 @@ here = os.path.dirname(os.path.abspath(__file__))
 with open(os.path.join(here, "state.json")) as f:
     state = json.load(f)
 args = sys.argv[1:]
+if args[:1] == ["-c"] and "GPUFLEET-GATE" in args[1]:
+    req = json.loads(args[2])
+    with open(os.path.join(here, "gate-calls.txt"), "a") as f:
+        f.write(json.dumps(req) + "\n")
+    answer = dict(state.get("gate") or {{"verdict": "ok", "asked": {{}}, "derived": {{}}}})
+    answer["argv"] = req["argv"]
+    print("GPUFLEET-GATE " + json.dumps(answer))
+    sys.exit(0)
 if args[:1] == ["-c"]:
     print(json.dumps({{"version": state["version"], "dist_info": "sglang-x.dist-info",
                       "record_sha256": "a" * 64, "python": "3.11.7"}}))
@@ -280,7 +288,8 @@ def test_unset_gpu_count_and_memory_come_from_the_doctor(tmp_path, capsys, unset
     result = run_on_box(host, capsys, gpu_count=unset, gpu_memory_mib=unset)
     assert not result.get("failed"), result.get("msg")
     assert result["gpus"] == {"count": 8, "memory_mib": 97887, "name": RTX_NAME,
-                              "source": "detected", "memory_source": "detected"}
+                              "source": "detected", "memory_source": "detected",
+                              "compute_capability": "12.0"}
     assert result["layout"] == {"name": "ep8", "tp": 8, "pp": 1, "ep": 8, "dp": 1, "nnodes": 1,
                                 "gpus": 8}
     # the memory plan ran on what the host has
@@ -320,7 +329,8 @@ def test_a_count_given_on_the_controller_is_checked_and_kept(tmp_path, capsys):
     result = run_on_box(host, capsys, gpu_count=8, gpu_memory_mib=97887)
     assert not result.get("failed"), result.get("msg")
     assert result["gpus"] == {"count": 8, "memory_mib": 97887, "name": RTX_NAME,
-                              "source": "inventory", "memory_source": "inventory"}
+                              "source": "inventory", "memory_source": "inventory",
+                              "compute_capability": "12.0"}
     only_count = run_on_box(host, capsys, gpu_count="8")
     assert (only_count["gpus"]["source"], only_count["gpus"]["memory_source"]) == ("inventory", "detected")
 
@@ -374,3 +384,118 @@ def test_without_the_doctor_an_unset_count_is_read_with_nvidia_smi(tmp_path, cap
     assert refused["msg"].startswith("gpu-1: sglang_gpu_count and sglang_gpu_memory_mib are not set "
                                      "and no GPUs were read on the host (nvidia-smi cannot talk to "
                                      "the NVIDIA driver")
+
+
+# --- the semantic gate: the release's own derivation over the exact argv ----------------
+
+SERVER_ARGS = os.path.join(FIXTURES, "server-args", "server-args.json")
+
+
+def real_answer(release, case, model="kimi-k2.5"):
+    """What the real release answered for a case (tests/fixtures/server-args)."""
+    with open(SERVER_ARGS) as handle:
+        return json.load(handle)["releases"][release][model][case]
+
+
+def gate_calls(host):
+    path = host.bin / "gate-calls.txt"
+    return [json.loads(ln) for ln in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_the_gate_asks_with_the_gpus_the_doctor_read_and_caches_an_acceptance(tmp_path, capsys):
+    host = Host(tmp_path)
+    host.state["gate"] = real_answer("0.5.9", "ep8")
+    host.save()
+    first = run_on_box(host, capsys)
+    assert not first.get("failed"), first.get("msg")
+    (call,) = gate_calls(host)
+    assert call["argv"] == first["argv"]
+    assert call["gpu"] == {"count": 8, "cc": [12, 0], "memory_mib": 97887, "name": RTX_NAME}
+    assert first["server_args"]["verdict"] == "ok" and first["cached"]["server_args"] is False
+    assert first["server_args"]["derived"]["mem_fraction_static"] == pytest.approx(0.7715, abs=1e-4)
+    # the plan takes the release's own fraction instead of the planner's estimate
+    assert first["plan"]["mem_fraction_static"] == pytest.approx(0.7715, abs=1e-3)
+    assert first["plan"]["fraction_from"] == "sglang 0.5.9's own default (server-args check)"
+    assert first["plan"]["planner_estimate_mem_fraction_static"] != first["plan"]["mem_fraction_static"]
+    second = run_on_box(host, capsys)
+    assert second["cached"]["server_args"] is True and len(gate_calls(host)) == 1
+
+
+def test_a_refusal_by_the_release_names_it_and_is_not_cached(tmp_path, capsys):
+    host = Host(tmp_path)
+    host.state["gate"] = real_answer("0.5.9", "pp8-mixed-chunk")
+    host.save()
+    result = run_on_box(host, capsys, strategy="pp8")
+    assert result["failed"]
+    assert result["msg"].startswith("sglang 0.5.9 refuses the launch flags once it derives its "
+                                    "settings for 8 x %s: AssertionError: Pipeline parallelism is "
+                                    "not compatible" % RTX_NAME)
+    assert "sglang/srt/server_args.py:" in result["msg"]
+    run_on_box(host, capsys, strategy="pp8")
+    assert len(gate_calls(host)) == 2, "a refusal is asked again"
+
+
+def run_on_box_with(host, capsys, strategy, extra, strict=False):
+    args = host.args(strategy=strategy, extra=extra, gpu_count=None, gpu_memory_mib=None)
+    args["strict"] = strict
+    args["doctor"] = {"python": None, "nvidia_smi": os.path.join(FAKES, "nvidia-smi"),
+                      "strategy": strategy, "waive": WAIVE, "compile_test": False}
+    os.environ["FAKE_NVIDIA_SMI_DIR"] = os.path.join(FAKES, "nvidia-smi-sets", "rtx-pro-6000-server-x8")
+    try:
+        return run_module(args, capsys)
+    finally:
+        os.environ.pop("FAKE_NVIDIA_SMI_DIR", None)
+
+
+@pytest.fixture
+def warned(monkeypatch):
+    """Every module.warn text (Ansible de-duplicates warnings per process in its result)."""
+    from ansible.module_utils import basic
+    texts = []
+    real = basic.AnsibleModule.warn
+
+    def recording(self, warning):
+        texts.append(warning)
+        return real(self, warning)
+    monkeypatch.setattr(basic.AnsibleModule, "warn", recording)
+    return texts
+
+
+def test_dp_attention_dropped_is_reported_and_strict_refuses(tmp_path, capsys, warned):
+    host = Host(tmp_path)
+    host.state["gate"] = real_answer("0.5.9", "pp8-dp-attention")
+    host.save()
+    extra = {"--enable-dp-attention": True}
+    result = run_on_box_with(host, capsys, "pp8", extra)
+    assert not result.get("failed"), result.get("msg")
+    assert "--enable-dp-attention" in result["argv"]
+    messages = result["server_args"]["messages"]
+    assert messages == [
+        "sglang 0.5.9 changes DP attention from on (1 groups) (asked by the launch flags) to off",
+        "sglang 0.5.9 changes overlap schedule from its default on to off"]
+    assert all(m in warned for m in messages)
+    strict = run_on_box_with(host, capsys, "pp8", extra, strict=True)
+    assert strict["failed"]
+    assert strict["msg"] == ("sglang 0.5.9 changes DP attention from on (1 groups) (asked by the "
+                             "launch flags) to off; refused because sglang_strict is true (nothing "
+                             "was changed on the host)")
+
+
+def test_strict_does_not_refuse_a_change_of_the_releases_own_default(tmp_path, capsys):
+    host = Host(tmp_path)
+    host.state["gate"] = real_answer("0.5.9", "pp8")
+    host.save()
+    result = run_on_box_with(host, capsys, "pp8", {}, strict=True)
+    assert not result.get("failed"), result.get("msg")
+    assert result["server_args"]["messages"] == [
+        "sglang 0.5.9 changes overlap schedule from its default on to off"]
+    assert result["server_args"]["strict_refuses"] == []
+
+
+def test_without_the_gpu_model_the_gate_is_skipped_with_a_warning(tmp_path, capsys, warned):
+    host = Host(tmp_path)
+    result = run_module(host.args(), capsys)
+    assert not result.get("failed"), result.get("msg")
+    assert result["server_args"]["verdict"] == "skipped"
+    assert gate_calls(host) == []
+    assert any("server-args check was skipped" in w for w in warned)

@@ -72,6 +72,10 @@ def resolve(release, args):
                 "%s MoE is enabled. The expert parallel size is adjusted to be the same as "
                 "the tensor parallel size[%d]." % (names[a2a], tp))
 
+    if dp_attention and dp == 1 and attn_dp <= 1:
+        # dp 1 clears DP attention silently (0.5.9 srt/server_args.py:2110-2112; 0.5.23
+        # srt/arg_groups/parallel_hook.py:50-61 turns it into attn_dp_size 1)
+        dp_attention = False
     if v >= (0, 5, 23) and dp_attention:
         # 0.5.23: "--dp-size N --enable-dp-attention" means "--attn-dp-size N".
         attn_dp = dp
@@ -86,7 +90,7 @@ def resolve(release, args):
         "nnodes": nnodes, "node_rank": node_rank,
     }
     # GPUs: attention DP runs inside the TP group; plain DP replicates the model.
-    layout["gpus_needed"] = tp * pp * dp
+    layout["gpus_needed"] = tp * pp * (1 if layout["enable_dp_attention"] else dp)
     layout["name"] = layout_name(layout)
     return layout, warnings
 

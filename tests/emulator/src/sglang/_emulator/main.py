@@ -10,6 +10,7 @@ import time
 import traceback
 
 from sglang._emulator import cli, layout as _layout, memory as _memory, rendezvous
+from sglang._emulator import server_args as _server_args
 from sglang._emulator.engine import Engine
 from sglang._emulator.release import current_release, version_tuple
 from sglang._emulator.state import append_record, log
@@ -204,6 +205,11 @@ def main(argv):
     if not args.get("tokenizer_path"):
         args["tokenizer_path"] = args.get("model_path")
 
+    refused_args = _server_args.refusal(release, args)
+    if refused_args is not None:
+        # prepare_server_args / check_server_args assert before anything starts
+        log("Traceback (most recent call last):\nAssertionError: %s" % refused_args)
+        return 1
     lay, warnings = _layout.resolve(release, args)
     lay["gpus_per_node"] = _layout.machine_gpus()
     prefix = "TP0" if lay["nnodes"] == 1 else "node%d TP%d" % (

@@ -1,0 +1,1 @@
+"""TEST DOUBLE: the part of ``sglang.srt`` the collection's server-args gate imports."""
