@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 
 from sglang._emulator import engine as _engine
 from sglang._emulator.release import version_tuple
+from sglang._emulator.state import log
 
 DEFAULT_MAX_NEW_TOKENS = 128
 ADMIN_OPTIONAL = frozenset(["/flush_cache"])
@@ -37,6 +38,7 @@ class State:
         self.admin_api_key = args.get("admin_api_key")
         self.model_config = _read_model_config(self.model_path)
         self.routes = self._routes()
+        self.gracefully_exit = False  # set by SIGTERM (see graceful_exit)
 
     def _routes(self):
         get = {"/health", "/health_generate", "/get_model_info", "/get_server_info",
@@ -348,6 +350,8 @@ class Handler(BaseHTTPRequestHandler):
     def _route(self, path):
         st = self.state
         if path in ("/health", "/health_generate"):
+            if st.gracefully_exit and st.version >= (0, 5):
+                return self._send(503)  # shutting down (0.5.x health handler, first check)
             if path == "/health" and st.version < (0, 5):
                 return self._send(200)  # 0.4.6.post5: unconditional
             return self._send(200 if st.up else 503)
@@ -518,6 +522,36 @@ class EmulatorHTTPServer(ThreadingHTTPServer):
     block_on_close = False
     request_queue_size = 1024
     allow_reuse_address = True
+
+
+def graceful_exit(state, exit_now, poll_seconds):
+    """SGLang's SIGTERM handling once the server serves (0.5.x ``tokenizer_manager.py``).
+
+    ``SignalHandler.sigterm_handler`` only sets ``gracefully_exit``; ``sigterm_watchdog``
+    wakes every 5 s, then loops: with ``SGL_FORCE_SHUTDOWN`` set or an unhealthy server it
+    exits at once; otherwise it logs the remaining requests and sleeps 5 s while any is
+    left, and exits (status 0) when none is. Requests that arrive meanwhile are still
+    served; ``/health`` answers 503 from the signal on.
+    """
+    if state.gracefully_exit:
+        return
+    state.gracefully_exit = True
+    log("SIGTERM received. signum=15. Draining requests and shutting down...")
+
+    def watchdog():
+        time.sleep(poll_seconds)
+        while True:
+            if os.environ.get("SGL_FORCE_SHUTDOWN", "").lower() in ("1", "true", "yes"):
+                log("Signal SIGTERM received while force shutdown flag set. Force exiting.")
+                break
+            remaining = state.engine.active
+            log("Gracefully exiting... Remaining number of requests %d." % remaining)
+            if remaining <= 0:
+                break
+            time.sleep(poll_seconds)
+        exit_now(0)
+
+    threading.Thread(target=watchdog, daemon=True).start()
 
 
 def make_server(state, host, port):
