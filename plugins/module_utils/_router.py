@@ -330,3 +330,32 @@ def drain(read_metrics, timeout, interval, **clock):
     done, elapsed = wait_for(idle, timeout, interval, **clock)
     return {"drained": bool(done), "elapsed_s": elapsed, "running": last.get("running"),
             "queued": last.get("queued")}
+
+
+def worker_urls(servers, groups, hostvars, default_port=30000):
+    """The router's ``--worker-urls`` from the inventory: one URL per server, a multi-node
+    server's being its rank 0's. ``servers`` lists the server hosts; ``hostvars[h]`` may set
+    ``sglang_router_worker_url`` (else ``http://<sglang_node_address, ansible_host or the
+    name>:<server_port>``), ``sglang_nnodes``, ``sglang_server_group`` and
+    ``sglang_node_rank`` (the deploy path's own multi-node inputs)."""
+    from ansible_collections.gpufleet.sglang.plugins.module_utils import _topology
+
+    urls = []
+    for host in servers:
+        hv = hostvars[host]
+        nnodes = int(hv.get("sglang_nnodes") or 1)
+        if nnodes > 1:
+            try:
+                members = _topology.check_group(nnodes, hv.get("sglang_server_group"),
+                                                groups, host)
+                rank_map = _topology.ranks(members, dict(
+                    (m, hostvars[m].get("sglang_node_rank")) for m in members))
+            except _topology.TopologyError as exc:
+                raise RouterError("router_worker_urls from the inventory: %s: %s" % (host, exc))
+            if rank_map[host] != 0:
+                continue
+        url = hv.get("sglang_router_worker_url") or "http://%s:%s" % (
+            hv.get("sglang_node_address") or hv.get("ansible_host") or host,
+            hv.get("server_port") or default_port)
+        urls.append(normalize_url(url))
+    return urls

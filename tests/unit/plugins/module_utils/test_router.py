@@ -248,3 +248,24 @@ def test_router_errors_name_the_answer():
         router.workers()
     with pytest.raises(r.RouterError, match="router api is 'grpc'"):
         r.Router("http://x", "grpc", None)
+
+
+def test_worker_urls_from_the_inventory():
+    groups = {"all": ["s1", "m0", "m1"], "kimi_tp16": ["m0", "m1"]}
+    hostvars = {
+        "s1": {"ansible_host": "10.0.0.1"},
+        "m0": {"sglang_nnodes": 2, "sglang_server_group": "kimi_tp16",
+               "sglang_node_address": "10.0.1.1", "server_port": 31000},
+        "m1": {"sglang_nnodes": 2, "sglang_server_group": "kimi_tp16",
+               "sglang_node_address": "10.0.1.2", "server_port": 31000},
+    }
+    assert r.worker_urls(["s1", "m0", "m1"], groups, hostvars) == [
+        "http://10.0.0.1:30000", "http://10.0.1.1:31000"]
+    hostvars["m0"]["sglang_node_rank"] = 1
+    hostvars["m1"]["sglang_node_rank"] = 0
+    hostvars["s1"]["sglang_router_worker_url"] = "http://s1.internal:30000/"
+    assert r.worker_urls(["s1", "m0", "m1"], groups, hostvars) == [
+        "http://s1.internal:30000", "http://10.0.1.2:31000"]
+    hostvars["m1"]["sglang_node_rank"] = 1
+    with pytest.raises(r.RouterError, match="m0: the hosts of the server must have"):
+        r.worker_urls(["m0"], groups, hostvars)
