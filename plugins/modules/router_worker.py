@@ -165,20 +165,20 @@ elapsed_s:
 
 import time
 import urllib.error
-import urllib.request
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.urls import open_url
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _router
 
 
 def fetch(method, url, body, headers, timeout):
     """One HTTP call: ``(status, text)``; ``OSError`` when nothing answers."""
-    req = urllib.request.Request(url, data=body.encode() if body is not None else None,
-                                 headers=headers, method=method)
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:  # nosec: operator's URL
-            return resp.status, resp.read().decode("utf-8", "replace")
+        resp = open_url(url, data=body.encode() if body is not None else None,
+                        headers=headers, method=method, timeout=timeout,
+                        follow_redirects="none")
+        return resp.status, resp.read().decode("utf-8", "replace")
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read().decode("utf-8", "replace")
 
@@ -243,8 +243,9 @@ def main():
 
         base = _router.normalize_url(p["router_url"])
         headers = {"Authorization": "Bearer " + p["api_key"]} if p["api_key"] else {}
-        api = p["api"] if p["api"] != "auto" else detect_api(base, headers,
-                                                            p["request_timeout"])
+        api = p["api"]
+        if api == "auto":
+            api = detect_api(base, headers, p["request_timeout"])
         router = _router.Router(base, api, fetch, p["api_key"], p["request_timeout"])
         urls = [_router.normalize_url(u) for u in p["urls"]]
         if module.check_mode:

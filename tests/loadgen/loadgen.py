@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """A bounded load generator that records every request's outcome.
 
 Sends a mix of SGLang requests (``/generate`` and ``/v1/chat/completions``, streaming
@@ -166,7 +165,7 @@ def run(base, requests, concurrency, max_tokens=16, model="default", timeout=120
             with lock:
                 records.append(rec)
 
-    threads = [threading.Thread(target=worker, daemon=True) for _ in range(concurrency)]
+    threads = [threading.Thread(target=worker, daemon=True) for _i in range(concurrency)]
     for t in threads:
         t.start()
     for t in threads:

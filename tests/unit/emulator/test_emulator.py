@@ -544,6 +544,7 @@ def test_sigterm_force_shutdown_does_not_wait(emus):
     e = emus(["--model-path", "m"], "0.5.23", SGL_FORCE_SHUTDOWN="1",
              SGLANG_EMULATOR_RATES='{"default": {"single": 5, "ceiling": 50}}')
     e.wait_ready()
+
     def cut_request():
         try:
             e.request("POST", "/generate",

@@ -71,7 +71,7 @@ def test_sglang_router_032_needs_a_hub_mirror():
 
 
 def test_api_key_is_a_reference_and_switches_map_to_disable_flags():
-    argv, _ = r.launch_argv("smg", "/v", flags("smg-1.13.0"),
+    argv, _env = r.launch_argv("smg", "/v", flags("smg-1.13.0"),
                             dict(SETTINGS, api_key="s3cret", retries=0, circuit_breaker=False))
     assert argv[argv.index("--api-key") + 1] == "${ROUTER_API_KEY}"
     assert "s3cret" not in " ".join(argv)
@@ -215,7 +215,7 @@ def test_refused_batch_changes_nothing():
     router = r.Router("http://router:30000", "workers", fake)
     with pytest.raises(r.RouterError, match="refusing this batch"):
         r.take_out(router, ["http://a:1", "http://b:1"], 1, 30, 0.1, **dict(CLOCK))
-    assert [m for m, _ in fake.calls] == ["GET"]
+    assert [call[0] for call in fake.calls] == ["GET"]
 
 
 def test_timeouts_are_errors_or_reported():

@@ -525,13 +525,19 @@ class EmulatorHTTPServer(ThreadingHTTPServer):
 
 
 def graceful_exit(state, exit_now, poll_seconds):
-    """SGLang's SIGTERM handling once the server serves (0.5.x ``tokenizer_manager.py``).
+    """SGLang's SIGTERM handling once the server serves (read in the 0.5.9 wheel).
 
-    ``SignalHandler.sigterm_handler`` only sets ``gracefully_exit``; ``sigterm_watchdog``
-    wakes every 5 s, then loops: with ``SGL_FORCE_SHUTDOWN`` set or an unhealthy server it
-    exits at once; otherwise it logs the remaining requests and sleeps 5 s while any is
-    left, and exits (status 0) when none is. Requests that arrive meanwhile are still
-    served; ``/health`` answers 503 from the signal on.
+    ``SignalHandler.sigterm_handler`` (``srt/managers/tokenizer_manager.py`` l.2500-2504;
+    0.5.23 l.4066-4070), installed on the event loop at the first request (l.1457), only
+    sets ``gracefully_exit``. ``sigterm_watchdog`` (l.2113-2149; 0.5.23 l.3508) wakes every
+    5 s, then loops: unhealthy or ``SGL_FORCE_SHUTDOWN`` set -> exit at once; otherwise it
+    logs "Gracefully exiting... Remaining number of requests N" and sleeps 5 s while any
+    request is left, then ``kill_process_tree(os.getpid(), include_parent=True)``
+    (``srt/utils/common.py`` l.1129-1153: children SIGKILLed, then itself). New requests
+    are still accepted meanwhile (nothing checks the flag on the request path); ``/health``
+    answers 503 from the signal on (``srt/entrypoints/http_server.py`` l.474; 0.5.23
+    l.731). The emulator ends with status 0 instead of SIGKILLing itself, so that systemd
+    does not record the stop as a failure (a deliberate difference).
     """
     if state.gracefully_exit:
         return
