@@ -72,7 +72,8 @@ def test_sglang_router_032_needs_a_hub_mirror():
 
 def test_api_key_is_a_reference_and_switches_map_to_disable_flags():
     argv, _env = r.launch_argv("smg", "/v", flags("smg-1.13.0"),
-                            dict(SETTINGS, api_key="s3cret", retries=0, circuit_breaker=False))
+                               dict(SETTINGS, api_key="s3cret", retries=0,
+                                    circuit_breaker=False))
     assert argv[argv.index("--api-key") + 1] == "${ROUTER_API_KEY}"
     assert "s3cret" not in " ".join(argv)
     assert "--disable-retries" in argv and "--disable-circuit-breaker" in argv
