@@ -41,6 +41,7 @@ def emu_env(tmp_path, release="0.5.23", **extra):
         "SGLANG_EMULATOR_STATE_DIR": str(tmp_path / "state"),
         "SGLANG_EMULATOR_LOAD_SECONDS": "0.3", "SGLANG_EMULATOR_WARMUP_SECONDS": "0.3",
         "SGLANG_EMULATOR_TTFT_MS": "20", "COLUMNS": "80",
+        "SGLANG_EMULATOR_SIGTERM_POLL_SECONDS": "0.2",
     })
     env.pop("STATE_DIRECTORY", None)
     env.update({k: str(v) for k, v in extra.items()})
@@ -571,3 +572,52 @@ def test_missing_shard_named_by_the_index_refuses_to_start(tmp_path):
     assert missing_shards(str(model)) == ["model-00002-of-00002.safetensors"]
     (model / "model-00002-of-00002.safetensors").write_bytes(b"x")
     assert missing_shards(str(model)) == []
+
+
+def test_sigterm_drains_in_flight_requests_then_exits(emus):
+    """SIGTERM as in SGLang 0.5.x: health 503, requests in flight and new ones finish,
+    the process exits 0 at the first watchdog tick with no request left."""
+    e = emus(["--model-path", "m"], "0.5.23",
+             SGLANG_EMULATOR_RATES='{"default": {"single": 20, "ceiling": 200}}',
+             SGLANG_EMULATOR_SIGTERM_POLL_SECONDS="0.3")
+    e.wait_ready()
+    result = {}
+
+    def long_stream():
+        result["events"], result["done"] = e.stream(
+            "/generate", {"text": "hi", "stream": True,
+                          "sampling_params": {"max_new_tokens": 30}})
+
+    worker = threading.Thread(target=long_stream)
+    worker.start()
+    time.sleep(0.3)
+    e.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.1)
+    assert e.get("/health")[0] == 503
+    assert e.proc.poll() is None
+    late = e.json("/generate", {"text": "x", "sampling_params": {"max_new_tokens": 2}})
+    assert late["meta_info"]["completion_tokens"] == 2
+    worker.join(10)
+    assert result["done"] and len(result["events"]) == 30
+    assert e.proc.wait(5) == 0
+    assert "Gracefully exiting... Remaining number of requests 1." in e.stderr()
+
+
+def test_sigterm_force_shutdown_does_not_wait(emus):
+    e = emus(["--model-path", "m"], "0.5.23", SGL_FORCE_SHUTDOWN="1",
+             SGLANG_EMULATOR_RATES='{"default": {"single": 5, "ceiling": 50}}')
+    e.wait_ready()
+
+    def cut_request():
+        try:
+            e.request("POST", "/generate",
+                      {"text": "x", "sampling_params": {"max_new_tokens": 50}})
+        except (OSError, http.client.HTTPException):
+            pass  # cut by the forced exit: what this test expects
+
+    worker = threading.Thread(target=cut_request, daemon=True)
+    worker.start()
+    time.sleep(0.3)
+    e.proc.send_signal(signal.SIGTERM)
+    assert e.proc.wait(5) == 0
+    assert "force shutdown flag set" in e.stderr()

@@ -38,8 +38,18 @@ def _exit_now(code):
     os._exit(code)  # pylint: disable=protected-access
 
 
+# The serving state once the HTTP server runs: SIGTERM then drains as SGLang does.
+_SERVING = {}
+
+
 def _install_signals():
     def on_term(signum, _frame):
+        state = _SERVING.get("state")
+        if signum == signal.SIGTERM and state is not None:
+            from sglang._emulator import server as _server
+            _server.graceful_exit(state, _exit_now,
+                                  _env_float("SGLANG_EMULATOR_SIGTERM_POLL_SECONDS", 5))
+            return
         name = "sigterm" if signum == signal.SIGTERM else "sigint"
         log("Received %s, shutting down the SGLang emulator (pid %d)." % (name, os.getpid()))
         _exit_now(0)
@@ -314,6 +324,7 @@ def _serve(release, args, lay, rates, argv, fault, mem=None):
         return 1
     threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.5},
                      daemon=True).start()
+    _SERVING["state"] = state
     sys.stderr.write("INFO:     Started server process [%d]\nINFO:     Waiting for "
                      "application startup.\nINFO:     Application startup complete.\n"
                      "INFO:     Uvicorn running on http://%s:%d (Press CTRL+C to quit)\n"

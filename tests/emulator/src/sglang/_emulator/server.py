@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 
 from sglang._emulator import engine as _engine
 from sglang._emulator.release import version_tuple
+from sglang._emulator.state import log
 
 DEFAULT_MAX_NEW_TOKENS = 128
 ADMIN_OPTIONAL = frozenset(["/flush_cache"])
@@ -37,6 +38,7 @@ class State:
         self.admin_api_key = args.get("admin_api_key")
         self.model_config = _read_model_config(self.model_path)
         self.routes = self._routes()
+        self.gracefully_exit = False  # set by SIGTERM (see graceful_exit)
 
     def _routes(self):
         get = {"/health", "/health_generate", "/get_model_info", "/get_server_info",
@@ -348,6 +350,8 @@ class Handler(BaseHTTPRequestHandler):
     def _route(self, path):
         st = self.state
         if path in ("/health", "/health_generate"):
+            if st.gracefully_exit and st.version >= (0, 5):
+                return self._send(503)  # shutting down (0.5.x health handler, first check)
             if path == "/health" and st.version < (0, 5):
                 return self._send(200)  # 0.4.6.post5: unconditional
             return self._send(200 if st.up else 503)
@@ -518,6 +522,42 @@ class EmulatorHTTPServer(ThreadingHTTPServer):
     block_on_close = False
     request_queue_size = 1024
     allow_reuse_address = True
+
+
+def graceful_exit(state, exit_now, poll_seconds):
+    """SGLang's SIGTERM handling once the server serves (read in the 0.5.9 wheel).
+
+    ``SignalHandler.sigterm_handler`` (``srt/managers/tokenizer_manager.py`` l.2500-2504;
+    0.5.23 l.4066-4070), installed on the event loop at the first request (l.1457), only
+    sets ``gracefully_exit``. ``sigterm_watchdog`` (l.2113-2149; 0.5.23 l.3508) wakes every
+    5 s, then loops: unhealthy or ``SGL_FORCE_SHUTDOWN`` set -> exit at once; otherwise it
+    logs "Gracefully exiting... Remaining number of requests N" and sleeps 5 s while any
+    request is left, then ``kill_process_tree(os.getpid(), include_parent=True)``
+    (``srt/utils/common.py`` l.1129-1153: children SIGKILLed, then itself). New requests
+    are still accepted meanwhile (nothing checks the flag on the request path); ``/health``
+    answers 503 from the signal on (``srt/entrypoints/http_server.py`` l.474; 0.5.23
+    l.731). The emulator ends with status 0 instead of SIGKILLing itself, so that systemd
+    does not record the stop as a failure (a deliberate difference).
+    """
+    if state.gracefully_exit:
+        return
+    state.gracefully_exit = True
+    log("SIGTERM received. signum=15. Draining requests and shutting down...")
+
+    def watchdog():
+        time.sleep(poll_seconds)
+        while True:
+            if os.environ.get("SGL_FORCE_SHUTDOWN", "").lower() in ("1", "true", "yes"):
+                log("Signal SIGTERM received while force shutdown flag set. Force exiting.")
+                break
+            remaining = state.engine.active
+            log("Gracefully exiting... Remaining number of requests %d." % remaining)
+            if remaining <= 0:
+                break
+            time.sleep(poll_seconds)
+        exit_now(0)
+
+    threading.Thread(target=watchdog, daemon=True).start()
 
 
 def make_server(state, host, port):

@@ -1,0 +1,279 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.sglang contributors
+# MIT License (see LICENSE)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: router_worker
+short_description: Take SGLang servers out of SGLang's router, drain them, put them back
+version_added: 0.3.0
+author: gpufleet developers (@gpufleet)
+description:
+  - Drives the worker API of SGLang's router (PyPI C(smg) 1.x and C(sglang-router) 0.3.x
+    C(POST/GET/DELETE /workers); C(sglang-router) up to 0.2.1 C(/add_worker),
+    C(/remove_worker), C(/list_workers)) for a drain-aware switch of the servers behind it.
+  - With O(state=absent), first refuses (and changes nothing) when taking O(urls) out would
+    leave fewer than O(min_serving) healthy workers in the router; else removes them and
+    waits until the router lists none of them.
+  - With O(state=drained), reads the server's SGLang V(/metrics) at O(metrics_url) until
+    C(sglang:num_running_reqs) and C(sglang:num_queue_reqs) are both 0, up to
+    O(drain_timeout) s; on a timeout it fails or goes on, as O(on_drain_timeout) says.
+  - With O(state=present), adds those of O(urls) the router does not list and waits until
+    it lists every one as healthy and ready (routable).
+  - The router does not keep workers across its own restart; the router role's
+    C(--worker-urls) does.
+extends_documentation_fragment:
+  - gpufleet.sglang._attributes
+attributes:
+  check_mode:
+    support: full
+    details:
+      - Reads the router's worker list and checks O(min_serving); adds, removes and waits
+        for nothing.
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+    details:
+      - O(state=present) adds only the URLs the router does not list; O(state=absent)
+        removes only listed ones.
+seealso:
+  - module: gpufleet.sglang.server_unit
+    description: Its check-mode result tells whether a host will restart (and so needs draining).
+  - module: gpufleet.sglang.server_health
+    description: Wait until the switched server is ready before it is put back.
+  - ref: ansible_collections.gpufleet.sglang.router_role
+    description: The role gpufleet.sglang.router that installs and runs the router.
+options:
+  router_url:
+    description: Base URL of the router, e.g. V(http://127.0.0.1:30000).
+    type: str
+    default: http://127.0.0.1:30000
+  api:
+    description:
+      - The router's worker API. V(auto) asks C(GET /workers) and falls back to
+        C(GET /list_workers).
+    type: str
+    choices: [auto, workers, legacy]
+    default: auto
+  api_key:
+    description: The router's API key (sent as a bearer token).
+    type: str
+  urls:
+    description: Worker URLs (a server's rank 0, V(http://host:port)).
+    type: list
+    elements: str
+    default: []
+  state:
+    description: What to do, see the description.
+    type: str
+    choices: [absent, drained, present]
+    required: true
+  min_serving:
+    description: With O(state=absent), the fewest healthy workers the router must keep.
+    type: int
+    default: 1
+  metrics_url:
+    description: With O(state=drained), the server's V(/metrics) URL.
+    type: str
+  drain_timeout:
+    description: With O(state=drained), seconds to wait for the server to go idle.
+    type: float
+    default: 600
+  on_drain_timeout:
+    description: With O(state=drained), V(fail) or V(continue) when the server is not idle in time.
+    type: str
+    choices: [fail, continue]
+    default: fail
+  timeout:
+    description: Seconds to wait for the router to list or drop the workers.
+    type: float
+    default: 120
+  interval:
+    description: Seconds between polls.
+    type: float
+    default: 0.5
+  request_timeout:
+    description: Seconds one HTTP request may take.
+    type: float
+    default: 10
+"""
+
+EXAMPLES = r"""
+- name: Take this server out of the router
+  gpufleet.sglang.router_worker:
+    router_url: http://10.0.0.9:30000
+    urls: [http://10.0.0.1:30000]
+    state: absent
+    min_serving: 1
+  delegate_to: router-1
+
+- name: Wait until the server has no request left
+  gpufleet.sglang.router_worker:
+    state: drained
+    metrics_url: http://127.0.0.1:30000/metrics
+    drain_timeout: 300
+"""
+
+RETURN = r"""
+api:
+  description: The worker API used.
+  type: str
+  returned: when the router was asked
+  sample: workers
+workers_before:
+  description: The router's workers before the call (C(id), C(url), C(healthy), C(status)).
+  type: list
+  elements: dict
+  returned: when the router was asked
+workers_after:
+  description: The router's workers at the end.
+  type: list
+  elements: dict
+  returned: when the router was asked
+removed:
+  description: URLs removed.
+  type: list
+  elements: str
+  returned: O(state=absent)
+added:
+  description: URLs added.
+  type: list
+  elements: str
+  returned: O(state=present)
+drained:
+  description: Whether the server went idle in time.
+  type: bool
+  returned: O(state=drained)
+running:
+  description: Running requests at the last read.
+  type: int
+  returned: O(state=drained)
+queued:
+  description: Queued requests at the last read.
+  type: int
+  returned: O(state=drained)
+elapsed_s:
+  description: Seconds the wait took.
+  type: float
+  returned: always
+"""
+
+import time
+import urllib.error
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.urls import open_url
+
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _router
+
+
+def fetch(method, url, body, headers, timeout):
+    """One HTTP call: ``(status, text)``; ``OSError`` when nothing answers."""
+    try:
+        resp = open_url(url, data=body.encode() if body is not None else None,
+                        headers=headers, method=method, timeout=timeout,
+                        follow_redirects="none")
+        return resp.status, resp.read().decode("utf-8", "replace")
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode("utf-8", "replace")
+
+
+def detect_api(base, headers, timeout):
+    status, _text = fetch("GET", base + "/workers", None, headers, timeout)
+    if status == 200:
+        return "workers"
+    if status in (404, 405):
+        status2, _t = fetch("GET", base + "/list_workers", None, headers, timeout)
+        if status2 == 200:
+            return "legacy"
+    raise _router.RouterError("cannot tell the worker API of the router %s: GET /workers "
+                              "answered %s" % (base, status))
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            router_url=dict(type="str", default="http://127.0.0.1:30000"),
+            api=dict(type="str", choices=["auto", "workers", "legacy"], default="auto"),
+            api_key=dict(type="str", no_log=True),
+            urls=dict(type="list", elements="str", default=[]),
+            state=dict(type="str", choices=["absent", "drained", "present"], required=True),
+            min_serving=dict(type="int", default=1),
+            metrics_url=dict(type="str"),
+            drain_timeout=dict(type="float", default=600),
+            on_drain_timeout=dict(type="str", choices=["fail", "continue"], default="fail"),
+            timeout=dict(type="float", default=120),
+            interval=dict(type="float", default=0.5),
+            request_timeout=dict(type="float", default=10),
+        ),
+        required_if=[("state", "drained", ["metrics_url"])],
+        supports_check_mode=True,
+    )
+    p = module.params
+    start = time.monotonic()
+    try:
+        if p["state"] == "drained":
+            if module.check_mode:
+                module.exit_json(changed=False, drained=None, running=None, queued=None,
+                                 elapsed_s=0.0)
+
+            def read_metrics():
+                try:
+                    status, text = fetch("GET", p["metrics_url"], None, {},
+                                         p["request_timeout"])
+                except OSError as exc:
+                    raise _router.RouterError("cannot read %s: %s" % (p["metrics_url"], exc))
+                if status != 200:
+                    raise _router.RouterError("%s answered %s" % (p["metrics_url"], status))
+                return text
+
+            res = _router.drain(read_metrics, p["drain_timeout"], p["interval"])
+            if not res["drained"] and p["on_drain_timeout"] == "fail":
+                module.fail_json(msg="the server at %s still had %s running and %s queued "
+                                     "request(s) after drain_timeout=%s s "
+                                     "(on_drain_timeout=fail)"
+                                     % (p["metrics_url"], res["running"], res["queued"],
+                                        p["drain_timeout"]), **res)
+            module.exit_json(changed=False, **res)
+
+        base = _router.normalize_url(p["router_url"])
+        headers = {"Authorization": "Bearer " + p["api_key"]} if p["api_key"] else {}
+        api = p["api"]
+        if api == "auto":
+            api = detect_api(base, headers, p["request_timeout"])
+        router = _router.Router(base, api, fetch, p["api_key"], p["request_timeout"])
+        urls = [_router.normalize_url(u) for u in p["urls"]]
+        if module.check_mode:
+            rows = router.workers()
+            listed = set(r["url"] for r in rows)
+            if p["state"] == "absent":
+                _router.check_min_serving(rows, urls, p["min_serving"])
+                todo = [u for u in urls if u in listed]
+            else:
+                todo = [u for u in urls if u not in listed]
+            module.exit_json(changed=bool(todo), api=api, workers_before=rows,
+                             workers_after=rows, elapsed_s=0.0,
+                             **{"removed" if p["state"] == "absent" else "added": todo})
+        if p["state"] == "absent":
+            res = _router.take_out(router, urls, p["min_serving"], p["timeout"], p["interval"])
+            module.exit_json(changed=bool(res["removed"]), api=api,
+                             workers_before=res["before"], workers_after=res["after"],
+                             removed=res["removed"], elapsed_s=res["elapsed_s"])
+        res = _router.put_back(router, urls, p["timeout"], p["interval"])
+        module.exit_json(changed=bool(res["added"]), api=api, workers_before=res["before"],
+                         workers_after=res["after"], added=res["added"],
+                         elapsed_s=res["elapsed_s"])
+    except _router.RouterError as exc:
+        module.fail_json(msg=str(exc), elapsed_s=round(time.monotonic() - start, 3))
+    except OSError as exc:
+        module.fail_json(msg="cannot reach the router at %s: %s" % (p["router_url"], exc),
+                         elapsed_s=round(time.monotonic() - start, 3))
+
+
+if __name__ == "__main__":
+    main()

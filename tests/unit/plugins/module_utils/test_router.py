@@ -1,0 +1,272 @@
+"""SGLang's router: API by release, launch flags from the real --help texts, the worker
+list, the min-serving refusal, and take-out / drain / put-back against a fake router."""
+
+import json
+import os
+
+import pytest
+
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _router as r
+from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_help import (
+    alias_index,
+    parse_help,
+)
+
+HELP = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "router-help")
+
+
+def flags(name):
+    with open(os.path.join(HELP, name + ".txt"), encoding="utf-8") as fh:
+        return set(alias_index(parse_help(fh.read())["flags"]))
+
+
+SETTINGS = {
+    "host": "0.0.0.0", "port": 30000, "worker_urls": ["http://a:30000/", "http://b:30000"],
+    "policy": "round_robin", "prometheus_host": "127.0.0.1", "prometheus_port": 29000,
+    "health_check_interval": 2, "health_check_timeout": 5, "health_failure_threshold": 2,
+    "health_success_threshold": 1, "health_check_endpoint": "/health",
+    "circuit_breaker": True, "cb_failure_threshold": 10, "cb_success_threshold": 2,
+    "cb_timeout": 10, "cb_window": 60, "retries": 3, "request_timeout": 600,
+    "worker_startup_timeout": 60, "api_key": "", "hf_endpoint": "", "extra_args": [],
+}
+
+
+@pytest.mark.parametrize("package,version,api", [
+    ("smg", "1.13.0", "workers"), ("smg", "1.0.0", "workers"),
+    ("sglang-router", "0.3.2", "workers"), ("sglang-router", "0.3.0", "workers"),
+    ("sglang-router", "0.2.1", "legacy"), ("sglang-router", "0.1.9", "legacy"),
+])
+def test_api_by_release(package, version, api):
+    assert r.api_for(package, version) == api
+
+
+def test_api_refusals_name_the_value():
+    with pytest.raises(r.RouterError, match=r"sglang-router 0\.2\.2 uses /workers/\{url\}"):
+        r.api_for("sglang-router", "0.2.2")
+    with pytest.raises(r.RouterError, match="router_package is 'vllm-router'"):
+        r.api_for("vllm-router", "1.0")
+
+
+def test_smg_launch_argv():
+    argv, env = r.launch_argv("smg", "/opt/v", flags("smg-1.13.0"), dict(SETTINGS))
+    assert argv[:2] == ["/opt/v/bin/smg", "launch"]
+    i = argv.index("--worker-urls")
+    assert argv[i + 1:i + 3] == ["http://a:30000", "http://b:30000"]
+    assert "--disable-tokenizer-autoload" in argv and env == {}
+    assert argv[argv.index("--prometheus-host") + 1] == "127.0.0.1"
+    assert argv[argv.index("--health-check-interval-secs") + 1] == "2"
+    assert argv[argv.index("--retry-max-retries") + 1] == "3"
+    assert "--api-key" not in argv
+
+
+def test_sglang_router_032_needs_a_hub_mirror():
+    f = flags("sglang-router-0.3.2")
+    with pytest.raises(r.RouterError, match="router_hf_endpoint"):
+        r.launch_argv("sglang-router", "/opt/v", f, dict(SETTINGS))
+    argv, env = r.launch_argv("sglang-router", "/opt/v", f,
+                              dict(SETTINGS, hf_endpoint="http://hub.internal:8080"))
+    assert argv[:3] == ["/opt/v/bin/python", "-m", "sglang_router.launch_router"]
+    assert env == {"HF_ENDPOINT": "http://hub.internal:8080"}
+    assert "--disable-tokenizer-autoload" not in argv
+
+
+def test_api_key_is_a_reference_and_switches_map_to_disable_flags():
+    argv, _env = r.launch_argv("smg", "/v", flags("smg-1.13.0"),
+                               dict(SETTINGS, api_key="s3cret", retries=0,
+                                    circuit_breaker=False))
+    assert argv[argv.index("--api-key") + 1] == "${ROUTER_API_KEY}"
+    assert "s3cret" not in " ".join(argv)
+    assert "--disable-retries" in argv and "--disable-circuit-breaker" in argv
+    assert "--cb-failure-threshold" not in argv
+
+
+def test_missing_flags_and_empty_worker_list_are_named():
+    with pytest.raises(r.RouterError, match=r"router_health_check_endpoint \(needs "
+                                            r"--health-check-endpoint\)"):
+        r.launch_argv("smg", "/v", flags("smg-1.13.0") - {"--health-check-endpoint"},
+                      dict(SETTINGS))
+    with pytest.raises(r.RouterError, match="router_worker_urls is empty"):
+        r.launch_argv("smg", "/v", flags("smg-1.13.0"), dict(SETTINGS, worker_urls=[]))
+
+
+SMG_LIST = {"workers": [
+    {"id": "i1", "url": "http://a:30000", "is_healthy": True, "status": "ready", "load": 0},
+    {"id": "i2", "url": "http://b:30000", "is_healthy": True, "status": "ready", "load": 2},
+    {"id": "i3", "url": "http://c:30000", "is_healthy": False, "status": "draining"},
+], "total": 3}
+
+
+def test_worker_table_and_serving():
+    rows = r.worker_table("workers", SMG_LIST)
+    assert [x["url"] for x in rows] == ["http://a:30000", "http://b:30000", "http://c:30000"]
+    assert r.serving(rows) == ["http://a:30000", "http://b:30000"]
+    legacy = r.worker_table("legacy", {"urls": ["http://a:30000/"]})
+    assert legacy == [{"id": None, "url": "http://a:30000", "healthy": None,
+                       "status": "listed"}]
+    assert r.serving(legacy) == ["http://a:30000"]
+
+
+def test_min_serving_refusal():
+    rows = r.worker_table("workers", SMG_LIST)
+    assert r.check_min_serving(rows, ["http://a:30000"], 1) == ["http://b:30000"]
+    with pytest.raises(r.RouterError, match=r"would leave 0 healthy worker\(s\) \(none\), "
+                                            r"fewer than sglang_router_min_serving=1"):
+        r.check_min_serving(rows, ["http://a:30000", "http://b:30000/"], 1)
+    with pytest.raises(r.RouterError, match="fewer than sglang_router_min_serving=2"):
+        r.check_min_serving(rows, ["http://a:30000"], 2)
+    with pytest.raises(r.RouterError, match="sglang_router_min_serving is 0"):
+        r.check_min_serving(rows, [], 0)
+
+
+METRICS = """# TYPE sglang:num_running_reqs gauge
+sglang:num_running_reqs{engine_type="unified",model_name="m",pp_rank="0",tp_rank="0"} %s
+sglang:num_queue_reqs{engine_type="unified",model_name="m",pp_rank="0",tp_rank="0"} %s
+"""
+
+
+def test_is_drained():
+    assert r.is_drained(METRICS % ("0.0", "0.0")) == (True, 0, 0)
+    assert r.is_drained(METRICS % ("2.0", "0.0")) == (False, 2, 0)
+    assert r.is_drained(METRICS % ("0.0", "1.0")) == (False, 0, 1)
+    with pytest.raises(r.RouterError, match="--enable-metrics"):
+        r.is_drained("# nothing\n")
+
+
+class FakeRouter(object):
+    """The smg 1.x worker API in memory: DELETE keeps a worker draining for ``drain_polls``
+    list calls; a new worker becomes healthy after ``ready_polls`` list calls."""
+
+    def __init__(self, urls, drain_polls=2, ready_polls=2, legacy=False):
+        self.workers = {}
+        self.next_id = 0
+        self.drain_polls, self.ready_polls, self.legacy = drain_polls, ready_polls, legacy
+        self.calls = []
+        for u in urls:
+            self._new(u, 0)
+
+    def _new(self, url, polls):
+        self.next_id += 1
+        self.workers["id%d" % self.next_id] = {"url": url, "ready_in": polls, "gone_in": None}
+
+    def _tick(self):
+        for wid, w in list(self.workers.items()):
+            if w["gone_in"] is not None:
+                w["gone_in"] -= 1
+                if w["gone_in"] < 0:
+                    del self.workers[wid]
+            elif w["ready_in"] > 0:
+                w["ready_in"] -= 1
+
+    def __call__(self, method, url, body, headers, timeout):
+        path = url.split("://", 1)[1].split("/", 1)[1]
+        self.calls.append((method, "/" + path))
+        if self.legacy:
+            if path == "list_workers":
+                return 200, json.dumps({"urls": [w["url"] for w in self.workers.values()]})
+            target = path.split("url=", 1)[-1]
+            if path.startswith("add_worker"):
+                self._new(target, 0)
+                return 200, "ok"
+            for wid, w in list(self.workers.items()):
+                if w["url"] == target:
+                    del self.workers[wid]
+            return 200, "ok"
+        if method == "GET":
+            self._tick()
+            return 200, json.dumps({"workers": [
+                {"id": wid, "url": w["url"], "is_healthy": w["ready_in"] == 0 and w["gone_in"] is None,
+                 "status": "draining" if w["gone_in"] is not None else
+                 ("ready" if w["ready_in"] == 0 else "pending")}
+                for wid, w in self.workers.items()]})
+        if method == "POST":
+            u = json.loads(body)["url"]
+            if any(w["url"] == u for w in self.workers.values()):
+                return 409, '{"code": "WORKER_ALREADY_EXISTS"}'
+            self._new(u, self.ready_polls)
+            return 202, '{"status": "accepted"}'
+        wid = path.split("/", 1)[1]
+        if wid not in self.workers:
+            return 404, "{}"
+        self.workers[wid]["gone_in"] = self.drain_polls
+        return 202, '{"status": "accepted"}'
+
+
+CLOCK = {"clock": iter(range(0, 10000)).__next__, "sleep": lambda s: None}
+
+
+def test_take_out_drain_put_back_with_the_smg_api():
+    fake = FakeRouter(["http://a:1", "http://b:1", "http://c:1"])
+    router = r.Router("http://router:30000/", "workers", fake, api_key="k")
+    out = r.take_out(router, ["http://a:1"], 1, 30, 0.1, **dict(CLOCK))
+    assert out["removed"] == ["http://a:1"]
+    assert sorted(x["url"] for x in out["after"]) == ["http://b:1", "http://c:1"]
+    assert ("DELETE", "/workers/id1") in fake.calls
+    texts = iter([METRICS % (2, 1), METRICS % (1, 0), METRICS % (0, 0)])
+    d = r.drain(lambda: next(texts), 30, 0.1, **dict(CLOCK))
+    assert d["drained"] and (d["running"], d["queued"]) == (0, 0)
+    back = r.put_back(router, ["http://a:1"], 30, 0.1, **dict(CLOCK))
+    assert back["added"] == ["http://a:1"]
+    assert r.serving(back["after"]) == ["http://a:1", "http://b:1", "http://c:1"]
+    # a no-op put-back adds nothing
+    assert r.put_back(router, ["http://a:1"], 30, 0.1, **dict(CLOCK))["added"] == []
+
+
+def test_refused_batch_changes_nothing():
+    fake = FakeRouter(["http://a:1", "http://b:1"])
+    router = r.Router("http://router:30000", "workers", fake)
+    with pytest.raises(r.RouterError, match="refusing this batch"):
+        r.take_out(router, ["http://a:1", "http://b:1"], 1, 30, 0.1, **dict(CLOCK))
+    assert [call[0] for call in fake.calls] == ["GET"]
+
+
+def test_timeouts_are_errors_or_reported():
+    fake = FakeRouter(["http://a:1", "http://b:1"], drain_polls=10 ** 6)
+    router = r.Router("http://router:30000", "workers", fake)
+    with pytest.raises(r.RouterError, match="still lists http://a:1"):
+        r.take_out(router, ["http://a:1"], 1, 5, 0.1, **dict(CLOCK))
+    d = r.drain(lambda: METRICS % (3, 0), 5, 0.1, **dict(CLOCK))
+    assert not d["drained"] and d["running"] == 3
+    fake = FakeRouter(["http://b:1"], ready_polls=10 ** 6)
+    router = r.Router("http://router:30000", "workers", fake)
+    with pytest.raises(r.RouterError, match="does not route to http://a:1"):
+        r.put_back(router, ["http://a:1"], 5, 0.1, **dict(CLOCK))
+
+
+def test_legacy_api():
+    fake = FakeRouter(["http://a:1", "http://b:1"], legacy=True)
+    router = r.Router("http://router:30000", "legacy", fake)
+    r.take_out(router, ["http://a:1"], 1, 30, 0.1, **dict(CLOCK))
+    assert ("POST", "/remove_worker?url=http://a:1") in fake.calls
+    back = r.put_back(router, ["http://a:1"], 30, 0.1, **dict(CLOCK))
+    assert back["added"] == ["http://a:1"]
+    assert ("POST", "/add_worker?url=http://a:1") in fake.calls
+
+
+def test_router_errors_name_the_answer():
+    router = r.Router("http://router:30000", "workers",
+                      lambda *a: (401, '{"error": "unauthorized"}'))
+    with pytest.raises(r.RouterError, match="GET http://router:30000/workers answered 401"):
+        router.workers()
+    with pytest.raises(r.RouterError, match="router api is 'grpc'"):
+        r.Router("http://x", "grpc", None)
+
+
+def test_worker_urls_from_the_inventory():
+    groups = {"all": ["s1", "m0", "m1"], "kimi_tp16": ["m0", "m1"]}
+    hostvars = {
+        "s1": {"ansible_host": "10.0.0.1"},
+        "m0": {"sglang_nnodes": 2, "sglang_server_group": "kimi_tp16",
+               "sglang_node_address": "10.0.1.1", "server_port": 31000},
+        "m1": {"sglang_nnodes": 2, "sglang_server_group": "kimi_tp16",
+               "sglang_node_address": "10.0.1.2", "server_port": 31000},
+    }
+    assert r.worker_urls(["s1", "m0", "m1"], groups, hostvars) == [
+        "http://10.0.0.1:30000", "http://10.0.1.1:31000"]
+    hostvars["m0"]["sglang_node_rank"] = 1
+    hostvars["m1"]["sglang_node_rank"] = 0
+    hostvars["s1"]["sglang_router_worker_url"] = "http://s1.internal:30000/"
+    assert r.worker_urls(["s1", "m0", "m1"], groups, hostvars) == [
+        "http://s1.internal:30000", "http://10.0.1.2:31000"]
+    hostvars["m1"]["sglang_node_rank"] = 1
+    with pytest.raises(r.RouterError, match="m0: the hosts of the server must have"):
+        r.worker_urls(["m0"], groups, hostvars)

@@ -1,0 +1,116 @@
+"""router_worker over HTTP against a small stand-in of smg's worker API and a server's
+/metrics (the logic itself is tested in module_utils/test_router.py; the real smg and
+sglang-router binaries in the molecule scenario ``router``)."""
+import json
+import threading
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from ansible_collections.gpufleet.sglang.plugins.modules import router_worker
+
+METRICS = ('sglang:num_running_reqs{model_name="m",pp_rank="0",tp_rank="0"} %d.0\n'
+           'sglang:num_queue_reqs{model_name="m",pp_rank="0",tp_rank="0"} 0.0\n')
+
+
+class Fake:
+    """smg's /workers (DELETE drops at once) plus /metrics with a running count that
+    counts down by one per read."""
+
+    def __init__(self, urls, running=0):
+        self.workers = dict((str(uuid.uuid4()), u) for u in urls)
+        self.running = running
+        self.calls = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _send(self, code, obj):
+                body = (obj if isinstance(obj, str) else json.dumps(obj)).encode()
+                self.send_response(code)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self):  # noqa: N802
+                outer.calls.append(("GET", self.path))
+                if self.path == "/metrics":
+                    text = METRICS % outer.running
+                    outer.running = max(outer.running - 1, 0)
+                    return self._send(200, text)
+                return self._send(200, {"workers": [
+                    {"id": i, "url": u, "is_healthy": True, "status": "ready"}
+                    for i, u in outer.workers.items()]})
+
+            def do_POST(self):  # noqa: N802
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                outer.calls.append(("POST", body["url"]))
+                outer.workers[str(uuid.uuid4())] = body["url"]
+                return self._send(202, {"status": "accepted"})
+
+            def do_DELETE(self):  # noqa: N802
+                outer.calls.append(("DELETE", self.path))
+                outer.workers.pop(self.path.rsplit("/", 1)[1], None)
+                return self._send(202, {"status": "accepted"})
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = "http://127.0.0.1:%d" % self.httpd.server_address[1]
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_out_drain_back(run_module):
+    fake = Fake(["http://a:1", "http://b:1"], running=3)
+    try:
+        res, failed = run_module(router_worker, {"router_url": fake.url, "urls": ["http://a:1"],
+                                                 "state": "absent", "interval": 0.05})
+        assert not failed and res["changed"] and res["removed"] == ["http://a:1"]
+        assert res["api"] == "workers"
+        assert [w["url"] for w in res["workers_after"]] == ["http://b:1"]
+        res, failed = run_module(router_worker, {"state": "drained", "interval": 0.05,
+                                                 "metrics_url": fake.url + "/metrics"})
+        assert not failed and res["drained"] and res["running"] == 0
+        res, failed = run_module(router_worker, {"router_url": fake.url, "urls": ["http://a:1"],
+                                                 "state": "present", "interval": 0.05})
+        assert not failed and res["changed"] and res["added"] == ["http://a:1"]
+        res, failed = run_module(router_worker, {"router_url": fake.url, "urls": ["http://a:1"],
+                                                 "state": "present", "interval": 0.05})
+        assert not failed and not res["changed"] and res["added"] == []
+    finally:
+        fake.close()
+
+
+def test_refusal_changes_nothing(run_module):
+    fake = Fake(["http://a:1"])
+    try:
+        res, failed = run_module(router_worker, {"router_url": fake.url, "urls": ["http://a:1"],
+                                                 "state": "absent"})
+        assert failed and "refusing this batch" in res["msg"]
+        assert "sglang_router_min_serving=1" in res["msg"]
+        assert [c[0] for c in fake.calls] == ["GET", "GET"]  # API detection, then the list
+    finally:
+        fake.close()
+
+
+def test_drain_timeout_fails_or_goes_on(run_module):
+    fake = Fake([], running=1000)
+    try:
+        args = {"state": "drained", "metrics_url": fake.url + "/metrics", "interval": 0.05,
+                "drain_timeout": 0.3}
+        res, failed = run_module(router_worker, args)
+        assert failed and "after drain_timeout=0.3 s (on_drain_timeout=fail)" in res["msg"]
+        res, failed = run_module(router_worker, dict(args, on_drain_timeout="continue"))
+        assert not failed and res["drained"] is False and res["running"] > 0
+    finally:
+        fake.close()
+
+
+def test_unreachable_router_is_named(run_module):
+    res, failed = run_module(router_worker, {"router_url": "http://127.0.0.1:9",
+                                             "urls": ["http://a:1"], "state": "present",
+                                             "api": "workers"})
+    assert failed and res["msg"].startswith("cannot reach the router at http://127.0.0.1:9")
