@@ -223,9 +223,8 @@ RESULT_IDS = set()
 @pytest.fixture(scope="session")
 def fleet():
     started = time.monotonic()
-    for step in ("create.yml", "prepare.yml"):
-        proc = playbook(os.path.join(ROOT, "tests", "testbed", step))
-        assert proc.returncode == 0, (step, proc.stdout[-3000:], proc.stderr[-2000:])
+    failed = _testbed.create_fleet(INVENTORY)
+    assert failed is None, (failed[0], failed[1].stdout[-3000:], failed[1].stderr[-2000:])
     try:
         proc = playbook("playbooks/deploy.yml", "-e", "strategy=pp8")
         assert proc.returncode == 0, proc.stdout[-4000:]

@@ -41,9 +41,8 @@ def _run(path, *args, json_out=False):
 
 @pytest.fixture(scope="module")
 def host():
-    for step in ("create.yml", "prepare.yml"):
-        proc = _run(os.path.join(_testbed.TESTBED, step))
-        assert proc.returncode == 0, (step, proc.stdout[-3000:], proc.stderr[-2000:])
+    failed = _testbed.create_fleet(INVENTORY)
+    assert failed is None, (failed[0], failed[1].stdout[-3000:], failed[1].stderr[-2000:])
     try:
         yield HOST
     finally:
