@@ -1,0 +1,132 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.sglang contributors
+# MIT License (see LICENSE)
+#
+# This module util is PRIVATE to the gpufleet.sglang collection. It may change
+# without notice; do not use it from outside the collection.
+"""The collection's one file helper (plain Python, no Ansible imports).
+
+* :func:`write_atomic`: a temporary file in the target's directory, fsync, chmod, rename,
+  and an fsync of the directory, so a reader sees the old file or the new one, never half.
+* :func:`read_json` / :func:`write_json`: JSON documents (sorted keys, newline at the end).
+* :func:`append_line`: one JSON line appended and fsynced (journals).
+* :func:`digest`: sha256 (or any hashlib name) of a file, read once in blocks; the
+  git blob sha1 with ``algorithm="git-sha1"``.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import hashlib
+import json
+import os
+import tempfile
+
+CHUNK = 1 << 20
+GIT_SHA1 = "git-sha1"
+
+
+def write_atomic(path, data, mode=0o644, owner=None):
+    """Write ``data`` (bytes or text) to ``path`` atomically. ``owner`` is an optional
+    ``(uid, gid)``. Returns ``path``."""
+    if not isinstance(data, bytes):
+        data = data.encode("utf-8")
+    directory = os.path.dirname(path) or "."
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".%s." % os.path.basename(path))
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            os.fchmod(handle.fileno(), mode)
+            if owner is not None:
+                os.fchown(handle.fileno(), owner[0], owner[1])
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.rename(tmp, path)
+    except BaseException:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+        raise
+    try:
+        dfd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return path
+    try:
+        os.fsync(dfd)
+    except OSError:
+        pass
+    finally:
+        os.close(dfd)
+    return path
+
+
+def dumps(data):
+    """The collection's JSON rendering: indented, sorted keys, a newline at the end."""
+    return json.dumps(data, indent=1, sort_keys=True) + "\n"
+
+
+def write_json(path, data, mode=0o644, owner=None):
+    return write_atomic(path, dumps(data), mode=mode, owner=owner)
+
+
+def read_json(path, default=None):
+    """The document at ``path``, or ``default`` when it is missing or not JSON."""
+    try:
+        with open(path) as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return default
+
+
+def append_line(path, record, mode=0o644):
+    """Append ``record`` as one JSON line and fsync (a journal survives a kill: at most the
+    last line is torn, and :func:`read_lines` skips a torn line)."""
+    line = json.dumps(record, sort_keys=True) + "\n"
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, mode)
+    try:
+        os.write(fd, line.encode("utf-8"))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_lines(path):
+    """Every whole JSON line of ``path`` ([] when missing); a torn or foreign line is
+    skipped."""
+    out = []
+    try:
+        with open(path) as handle:
+            for line in handle:
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    continue
+    except OSError:
+        return []
+    return out
+
+
+def digest(path, algorithm="sha256", size=None):
+    """Hex digest of the file at ``path``: any hashlib algorithm, or ``git-sha1`` (the git
+    blob id: sha1 over ``blob <size>\\0`` and the content)."""
+    if algorithm == GIT_SHA1:
+        hasher = hashlib.sha1()
+        hasher.update(b"blob %d\0" % (os.path.getsize(path) if size is None else size))
+    else:
+        hasher = hashlib.new(algorithm)
+    with open(path, "rb") as handle:
+        while True:
+            block = handle.read(CHUNK)
+            if not block:
+                break
+            hasher.update(block)
+    return hasher.hexdigest()
+
+
+def digest_bytes(data, algorithm="sha256"):
+    if not isinstance(data, bytes):
+        data = data.encode("utf-8")
+    return hashlib.new(algorithm, data).hexdigest()
