@@ -16,14 +16,19 @@ import datetime
 import json
 import re
 
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _files, _unit_spec
+
 HEADER = "# Managed by gpufleet.sglang (server_unit); local changes are overwritten."
 
 _PLAIN = re.compile(r"^[A-Za-z0-9_./:=,+@%$-]+$")
 
 LAYOUT_KEYS = ("tp", "pp", "ep", "dp")
 
+# The unit's Documentation= (the collection's hardening notes).
+DOCUMENTATION_URL = "https://example.invalid/gpufleet/sglang/blob/main/docs/hardening.md"
+
 RECORD_KEYS = ("strategy", "layout", "release", "argv", "unit_sha1", "env_sha1", "service", "port",
-               "deployed_at")
+               "deployed_at", "run_sha256", "run_spec_version", "pending", "pending_pid")
 
 
 def systemd_arg(value):
@@ -102,6 +107,7 @@ def render_unit(p):
             name, layout["tp"], layout["pp"], layout["ep"], layout["dp"], release),
         "[Unit]",
         "Description=SGLang server (%s, SGLang %s)" % (name, release),
+        "Documentation=%s" % DOCUMENTATION_URL,
         "After=network-online.target",
         "Wants=network-online.target",
         "StartLimitIntervalSec=%s" % _text(p.get("start_limit_interval_sec")),
@@ -133,6 +139,7 @@ def render_unit(p):
         "NoNewPrivileges=yes",
         "CapabilityBoundingSet=",
         "PrivateTmp=yes",
+        "PrivateMounts=yes",
         "ProtectSystem=strict",
         "ReadWritePaths=%s" % _text(p.get("home")),
         "ProtectHome=read-only",
@@ -204,11 +211,12 @@ def mask_env(text):
 
 
 def decide(installed_unit, installed_env, new_unit, new_env):
-    """Which files change and whether the server must restart.
+    """Which files differ by a byte (the byte rule; :func:`plan` decides the restart).
 
     ``installed_*`` is ``None`` when the file does not exist. Returns a dict with
-    ``unit_changed``, ``env_changed``, ``restart`` and ``has_last_good`` (an installed unit
-    and environment exist, so there is something to roll back to).
+    ``unit_changed``, ``env_changed``, ``restart`` (the byte rule the collection restarted
+    on before 0.2.0: either file differs) and ``has_last_good`` (an installed unit and
+    environment exist, so there is something to roll back to).
     """
     unit_changed = installed_unit is None or installed_unit != new_unit
     env_changed = installed_env is None or installed_env != new_env
@@ -218,6 +226,120 @@ def decide(installed_unit, installed_env, new_unit, new_env):
         "restart": unit_changed or env_changed,
         "has_last_good": installed_unit is not None and installed_env is not None,
     }
+
+
+def _sha1(data):
+    if data is None:
+        return None
+    if not isinstance(data, bytes):
+        data = data.encode("utf-8")
+    return _files.digest_bytes(data, "sha1")
+
+
+def pending_now(rec, main_pid):
+    """What the record says is pending, while the process it was recorded for still runs.
+
+    The record keeps ``pending`` (directives installed but not applied) with
+    ``pending_pid``, the main PID that runs without them; once another process runs (a
+    restart by anyone) or none does, they are applied and nothing is pending.
+    """
+    rec = rec if isinstance(rec, dict) else {}
+    pending = list(rec.get("pending") or [])
+    if not pending or not main_pid or rec.get("pending_pid") != main_pid:
+        return []
+    return pending
+
+
+def installed_run(rec, installed_unit, installed_env, env_path):
+    """``(digest, spec, source)`` of what the installed server runs.
+
+    The record's ``run_sha256`` is used when it is of this spec version and the record
+    still describes the installed files (their sha1); otherwise (a record of an older
+    release, a local edit) the spec is computed from the installed files with the
+    record's release. ``spec`` is always computed from the files, to name the changes.
+    """
+    rec = rec if isinstance(rec, dict) else {}
+    spec = _unit_spec.run_spec(installed_unit, {env_path: installed_env}, rec.get("release"))
+    recorded = rec.get("run_sha256")
+    if (recorded and rec.get("run_spec_version") == _unit_spec.SPEC_VERSION
+            and rec.get("unit_sha1") == _sha1(installed_unit)
+            and rec.get("env_sha1") == _sha1(installed_env)):
+        return recorded, spec, "record"
+    return _unit_spec.digest(spec), spec, "files"
+
+
+def plan(installed_unit, installed_env, new_unit, new_env, env_path, release, rec=None,
+         main_pid=None, apply_pending=False):
+    """Whether to install the files and whether the server must restart (issue 23).
+
+    The restart follows what runs (:func:`_unit_spec.run_spec`): the argv, environment,
+    account, device access, limits, working directory, release, venv and model path. A
+    change of reload-only directives is installed with daemon-reload (``reload``); a
+    change of sandboxing is installed and ``pending`` until the next restart, which
+    ``apply_pending`` makes now. ``main_pid`` is the unit's running main PID (None when
+    it does not run); ``rec`` the deployment record on the host.
+
+    Returns :func:`decide`'s keys (``byte_rule_restart`` is its ``restart``) plus
+    ``install``, ``restart``, ``action`` (``install``, ``restart``, ``apply_pending``,
+    ``pending``, ``reload``, ``comments`` or ``none``), ``run_changes``, ``reload``,
+    ``pending`` (what stays pending after this run), ``pending_pid``, ``run_sha256`` and
+    ``previous_from`` (``record``, ``files`` or None on a first install).
+    """
+    files = decide(installed_unit, installed_env, new_unit, new_env)
+    new_spec = _unit_spec.run_spec(new_unit, {env_path: new_env}, release)
+    out = dict(files)
+    out["byte_rule_restart"] = files["restart"]
+    out["run_sha256"] = _unit_spec.digest(new_spec)
+    out["install"] = files["unit_changed"] or files["env_changed"]
+    if not files["has_last_good"]:
+        out.update(restart=True, action="install", run_changes=[], reload=[], pending=[],
+                   applied=[], pending_pid=None, previous_from=None)
+        return out
+    old_digest, old_spec, source = installed_run(rec, installed_unit, installed_env, env_path)
+    out["previous_from"] = source
+    changes = [] if old_digest == out["run_sha256"] else (
+        _unit_spec.run_changes(old_spec, new_spec) or ["recorded run spec"])
+    side = _unit_spec.side_changes(installed_unit, new_unit)
+    pending = sorted(set(pending_now(rec, main_pid)) | set(side[_unit_spec.PENDING] if main_pid else []))
+    out["run_changes"] = changes
+    out["reload"] = side[_unit_spec.RELOAD]
+    if changes:
+        action = "restart"
+    elif pending and apply_pending:
+        action = "apply_pending"
+    elif pending:
+        action = "pending"
+    elif out["reload"]:
+        action = "reload"
+    elif out["install"]:
+        action = "comments"
+    else:
+        action = "none"
+    out["restart"] = action in ("restart", "apply_pending")
+    out["action"] = action
+    out["applied"] = pending if out["restart"] else []
+    out["pending"] = [] if out["restart"] else pending
+    out["pending_pid"] = main_pid if out["pending"] else None
+    return out
+
+
+def summary(result):
+    """One line on what the unit step did, from :func:`plan`'s keys."""
+    action = result.get("action")
+    if action == "install":
+        return "installed"
+    if action == "restart":
+        return "restart: %s changed" % ", ".join(result.get("run_changes") or [])
+    parts = []
+    if action == "apply_pending":
+        parts.append("restart to apply pending: %s" % ", ".join(result.get("applied") or []))
+    if result.get("pending"):
+        parts.append("pending: applies at the next restart: %s" % ", ".join(result["pending"]))
+    if result.get("reload"):
+        parts.append("installed, takes effect at the next restart: %s" % ", ".join(result["reload"]))
+    if not parts and action == "comments":
+        parts.append("installed, comments only")
+    return "; ".join(parts) or "no change"
 
 
 def port_of(p):
@@ -248,11 +370,13 @@ def format_time(now):
     return "%s" % (now,)
 
 
-def record(previous, p, unit_sha1, now, restarted, env_sha1=None):
+def record(previous, p, unit_sha1, now, restarted, env_sha1=None, decision=None):
     """The deployment record.
 
     ``unit_sha1`` and ``env_sha1`` are the sha1 of the unit and environment file texts, so
     that drift of either file on disk can be told (``playbooks/status.yml``).
+    ``decision`` is :func:`plan`'s answer: the record keeps ``run_sha256`` (the digest of
+    what runs, with ``run_spec_version``), ``pending`` and ``pending_pid``.
 
     ``deployed_at`` is ``now`` when the server was (re)installed (``restarted``) or the
     previous record has none; otherwise the previous record's time is kept, so a no-op
@@ -273,6 +397,10 @@ def record(previous, p, unit_sha1, now, restarted, env_sha1=None):
         "service": p.get("service_name"),
         "port": port_of(p),
         "deployed_at": deployed_at,
+        "run_sha256": (decision or {}).get("run_sha256"),
+        "run_spec_version": _unit_spec.SPEC_VERSION,
+        "pending": list((decision or {}).get("pending") or []),
+        "pending_pid": (decision or {}).get("pending_pid"),
     }
     if p.get("server_args"):
         # the release's own derivation: what it changed against what was asked

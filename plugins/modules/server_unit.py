@@ -319,11 +319,13 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils._server_unit impor
     decide,
     mask_env,
     parse_record,
+    plan,
     read_bytes,
     record,
     record_text,
     render_env,
     render_unit,
+    summary,
     useradd_args,
     usermod_args,
 )
@@ -380,6 +382,17 @@ class ServerUnit(object):
         result = self.command([self.systemctl, "is-active", self.unit_name], "systemctl is-active",
                               check_rc=False)
         return result.ok
+
+    def main_pid(self):
+        """The unit's running main PID, None when it has none (or systemctl cannot tell)."""
+        result = self.command([self.systemctl, "show", "--property=MainPID", "--value", self.unit_name],
+                              "systemctl show", check_rc=False)
+        if not result.ok:
+            return None
+        try:
+            return int(result.stdout.strip()) or None
+        except ValueError:
+            return None
 
     def is_enabled(self):
         result = self.command([self.systemctl, "is-enabled", self.unit_name], "systemctl is-enabled",
@@ -521,8 +534,11 @@ class ServerUnit(object):
 
         installed_unit = read_bytes(self.unit_path)
         installed_env = read_bytes(self.env_path)
-        plan = decide(installed_unit, installed_env, unit_text, env_text)
-        restart = plan["restart"]
+        previous_record_text = read_bytes(self.record_path)
+        previous_record = parse_record(previous_record_text)
+        decision = plan(installed_unit, installed_env, unit_text, env_text, self.env_path,
+                        p["release"], previous_record, self.main_pid(), p["apply_pending"])
+        restart = decision["restart"]
 
         # the account, then the directories (check mode: predicted only)
         account_changed = self.ensure_account() if p["manage_account"] else False
@@ -538,13 +554,12 @@ class ServerUnit(object):
                                         ROOT_GROUP, "0755")
         self.changed |= dirs_changed
 
-        previous_record_text = read_bytes(self.record_path)
-        new_record = record(parse_record(previous_record_text), p, unit_sha1, _now(), restart,
-                            env_sha1=hashlib.sha1(env_text).hexdigest())
+        new_record = record(previous_record, p, unit_sha1, _now(), restart,
+                            env_sha1=hashlib.sha1(env_text).hexdigest(), decision=decision)
         new_record_text = to_bytes(record_text(new_record))
         record_changed = previous_record_text != new_record_text
 
-        if restart:
+        if decision["install"]:
             if not self.check:
                 self.write_atomic(os.path.join(self.staging_dir, "%s.env" % p["service_name"]),
                                   env_text, 0o600)
@@ -552,7 +567,7 @@ class ServerUnit(object):
             if p["verify"]:
                 self.verify(unit_text)
             if not self.check:
-                if plan["has_last_good"]:
+                if decision["has_last_good"]:
                     self.keep_last_good()
                 self.write_atomic(self.env_path, env_text, 0o600)
                 self.write_atomic(self.unit_path, unit_text, 0o644)
@@ -563,6 +578,8 @@ class ServerUnit(object):
             if not self.check:
                 self.write_atomic(self.record_path, new_record_text, 0o644)
             self.changed = True
+        # a restart to apply what is pending writes no file but is a change (the handler)
+        self.changed |= restart
 
         # enabled
         enabled = self.is_enabled()
@@ -593,10 +610,18 @@ class ServerUnit(object):
             unit_path=self.unit_path,
             env_path=self.env_path,
             unit_sha1=unit_sha1,
-            unit_changed=plan["unit_changed"],
-            env_changed=plan["env_changed"],
+            unit_changed=decision["unit_changed"],
+            env_changed=decision["env_changed"],
             record_changed=record_changed,
-            has_last_good=plan["has_last_good"],
+            has_last_good=decision["has_last_good"],
+            action=decision["action"],
+            run_changes=decision["run_changes"],
+            reload=decision["reload"],
+            pending=decision["pending"],
+            applied=decision["applied"],
+            byte_rule_restart=decision["byte_rule_restart"],
+            previous_from=decision["previous_from"],
+            summary=summary(decision),
             record=new_record,
             active=active,
             enabled=enabled,
@@ -619,7 +644,7 @@ class ServerUnit(object):
         installed_unit = read_bytes(self.unit_path)
         installed_env = read_bytes(self.env_path)
         installed_record_text = read_bytes(self.record_path)
-        plan = decide(installed_unit, installed_env, good_unit, good_env)
+        files = decide(installed_unit, installed_env, good_unit, good_env)
         record_changed = good_record_text is not None and good_record_text != installed_record_text
 
         active = True
@@ -641,8 +666,8 @@ class ServerUnit(object):
             unit_path=self.unit_path,
             env_path=self.env_path,
             unit_sha1=hashlib.sha1(good_unit).hexdigest(),
-            unit_changed=plan["unit_changed"],
-            env_changed=plan["env_changed"],
+            unit_changed=files["unit_changed"],
+            env_changed=files["env_changed"],
             record_changed=record_changed,
             has_last_good=True,
             record=restored if good_record_text is not None else parse_record(installed_record_text),
@@ -695,6 +720,7 @@ def main():
             verify=dict(type="bool", default=True),
             start=dict(type="bool", default=True),
             manage_account=dict(type="bool", default=True),
+            apply_pending=dict(type="bool", default=False),
         ),
         required_if=[("state", "present", ("python", "argv", "layout", "release"))],
         supports_check_mode=True,

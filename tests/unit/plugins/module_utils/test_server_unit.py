@@ -210,10 +210,22 @@ def test_frozen_templates_are_the_roles(name):
         assert handle.read() == TEMPLATE_SOURCES[name]
 
 
+# Lines the unit gained after the templates were frozen (0.2.0: a reload-only
+# Documentation= and a sandboxing option that changes nothing the server does, issue 23).
+ADDED_SINCE_TEMPLATES = (
+    "Documentation=https://example.invalid/gpufleet/sglang/blob/main/docs/hardening.md",
+    "PrivateMounts=yes",
+)
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_unit_matches_the_template(name):
     p = CASES[name]
-    assert render_unit(p) == jinja_render("server.service.j2", p)
+    lines = render_unit(p).splitlines(True)
+    for added in ADDED_SINCE_TEMPLATES:
+        assert lines.count(added + "\n") == 1
+    kept = "".join(line for line in lines if line.rstrip("\n") not in ADDED_SINCE_TEMPLATES)
+    assert kept == jinja_render("server.service.j2", p)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -307,11 +319,13 @@ NOW = datetime.datetime(2025, 1, 31, 12, 0, 5, tzinfo=datetime.timezone.utc)
 
 def test_record_new():
     p = params(port=30000)
-    rec = record(None, p, "abc", NOW, restarted=True, env_sha1="def")
+    rec = record(None, p, "abc", NOW, restarted=True, env_sha1="def",
+                 decision={"run_sha256": "f00", "pending": ["Service.PrivateMounts"], "pending_pid": 7})
     assert rec == {
         "strategy": "tp8-ep8", "layout": LAYOUT, "release": "0.5.9", "argv": p["argv"],
         "unit_sha1": "abc", "env_sha1": "def", "service": "sglang", "port": 30000,
-        "deployed_at": "2025-01-31T12:00:05Z"}
+        "deployed_at": "2025-01-31T12:00:05Z", "run_sha256": "f00", "run_spec_version": 1,
+        "pending": ["Service.PrivateMounts"], "pending_pid": 7}
     assert tuple(sorted(rec)) == tuple(sorted(RECORD_KEYS))
 
 

@@ -23,6 +23,7 @@ case "$1" in
   start|restart) touch "$state/active" ;;
   stop) rm -f "$state/active" ;;
   daemon-reload) ;;
+  show) if [ -e "$state/active" ]; then cat "$state/pid" 2>/dev/null || echo 4242; else echo 0; fi ;;
   *) echo "unknown $1" >&2; exit 1 ;;
 esac
 exit 0
@@ -162,7 +163,8 @@ def test_first_install(run_module, host):
     rec = json.loads(host.record.read_text())
     assert rec == result["record"]
     assert set(rec) == {"strategy", "layout", "release", "argv", "unit_sha1", "env_sha1", "service", "port",
-                        "deployed_at"}
+                        "deployed_at", "run_sha256", "run_spec_version", "pending", "pending_pid"}
+    assert len(rec["run_sha256"]) == 64 and rec["pending"] == [] and rec["pending_pid"] is None
     assert rec["unit_sha1"] == result["unit_sha1"] and rec["port"] == 30000 and rec["strategy"] == "tp8"
     assert rec["env_sha1"] == hashlib.sha1(env.encode()).hexdigest()
     calls = host.calls()
@@ -189,7 +191,8 @@ def test_rerun_is_a_no_op(run_module, host):
     assert result["has_last_good"] is True and result["active"] is True
     assert host.tree() == before  # zero writes: same mtimes, modes and contents
     calls = host.calls()
-    assert not [c for c in calls if not c.startswith(("systemctl is-active", "systemctl is-enabled"))], calls
+    assert not [c for c in calls if not c.startswith(("systemctl is-active", "systemctl is-enabled",
+                                                      "systemctl show --property=MainPID"))], calls
     assert result["record"] == json.loads(host.record.read_text())
 
 
@@ -234,7 +237,9 @@ def test_verify_failure_installs_nothing(run_module, host):
     assert result["rc"] == 1 and "Bogus" in result["stderr"]
     assert (host.unit.read_bytes(), host.env.read_bytes(), host.record.read_bytes()) == old
     assert os.listdir(str(host.last_good)) == []
-    assert not [c for c in host.calls() if c.startswith("systemctl")]
+    # only the read-only query of the main PID ran
+    assert [c for c in host.calls() if c.startswith("systemctl")] == [
+        "systemctl show --property=MainPID --value sglang.service"]
 
 
 def test_verify_failure_on_first_install(run_module, host):
@@ -263,7 +268,7 @@ def test_check_mode_writes_nothing(run_module, host):
     verify = [c for c in calls if c.startswith("systemd-analyze verify")]
     assert len(verify) == 1 and str(host.root) not in verify[0]
     assert not os.path.exists(verify[0].split()[-1])
-    assert not [c for c in calls if c.split()[1] not in ("is-active", "is-enabled", "verify")]
+    assert not [c for c in calls if c.split()[1] not in ("is-active", "is-enabled", "verify", "show")]
     assert result["diff"][0]["before"] == "" and "ExecStart=" in result["diff"][0]["after"]
 
 
