@@ -98,6 +98,13 @@ _CLASSES = {
     ("Service", "UMask"): PENDING,
 }
 
+# Directives whose values add up when given twice (systemd's list settings); for any other
+# the last one given wins.
+_LISTS = frozenset(["Documentation", "After", "Wants", "WantedBy", "CapabilityBoundingSet",
+                    "AmbientCapabilities", "ReadWritePaths", "RestrictAddressFamilies",
+                    "SystemCallArchitectures", "SystemCallFilter", "DeviceAllow", "Environment",
+                    "EnvironmentFile", "SupplementaryGroups"])
+
 # The fields of the run spec, in the order a report names them.
 RUN_FIELDS = ("argv", "model_path", "venv", "release", "environment", "environment_files",
               "user", "group", "supplementary_groups", "device_access", "limits",
@@ -255,15 +262,18 @@ def classify(unit_text):
     """The unit's directives by class: ``{"run": [...], "reload": {...}, "pending": {...}}``.
 
     ``reload`` and ``pending`` map ``"Section.Key"`` to the list of its values in file
-    order (a key given twice keeps both); ``run`` is the list of ``(section, key, value)``.
+    order (a list setting given twice keeps both, any other keeps the last); ``run`` is the
+    list of ``(section, key, value)``.
     """
     out = {RUN: [], RELOAD: {}, PENDING: {}}
     for section, key, value in parse_unit(unit_text):
         kind = directive_class(section, key)
         if kind == RUN:
             out[RUN].append((section, key, value))
-        else:
+        elif key in _LISTS:
             out[kind].setdefault("%s.%s" % (section, key), []).append(value)
+        else:
+            out[kind]["%s.%s" % (section, key)] = [value]
     return out
 
 

@@ -422,3 +422,43 @@ def test_a_missing_account_is_created_and_an_existing_one_left_alone(host, run_m
         assert account_calls == [] and result["account_changed"] is False
     else:
         assert account_calls == ["usermod --shell /usr/sbin/nologin %s" % host.user]
+
+
+def test_a_sandboxing_change_is_pending_until_applied(run_module, host):
+    """Issue 23 in the module: a unit installed by a release without PrivateMounts= (and a
+    record without run_sha256) is upgraded in place; apply_pending restarts it."""
+    run_module(server_unit, host.args())
+    host.unit.write_text(host.unit.read_text().replace("PrivateMounts=yes\n", ""))
+    rec = json.loads(host.record.read_text())
+    for key in ("run_sha256", "run_spec_version", "pending", "pending_pid"):
+        del rec[key]
+    host.record.write_text(json.dumps(rec))
+    (host.state / "active").touch()
+    (host.state / "pid").write_text("777\n")
+    host.reset_calls()
+    result, failed = run_module(server_unit, host.args())
+    assert not failed, result
+    assert result["changed"] is True and result["restart"] is False and result["byte_rule_restart"] is True
+    assert result["action"] == "pending" and result["pending"] == ["Service.PrivateMounts"]
+    assert result["previous_from"] == "files"
+    assert result["summary"] == "pending: applies at the next restart: Service.PrivateMounts"
+    assert "PrivateMounts=yes" in host.unit.read_text()
+    on_disk = json.loads(host.record.read_text())
+    assert on_disk["pending"] == ["Service.PrivateMounts"] and on_disk["pending_pid"] == 777
+    assert "systemctl daemon-reload" in host.calls()
+
+    # a re-run changes nothing and keeps it pending
+    before = host.tree()
+    again, failed = run_module(server_unit, host.args())
+    assert not failed and again["changed"] is False and again["pending"] == ["Service.PrivateMounts"]
+    assert host.tree() == before
+
+    # the switch: a restart, no file but the record written
+    host.reset_calls()
+    applied, failed = run_module(server_unit, host.args(apply_pending=True))
+    assert not failed, applied
+    assert applied["changed"] is True and applied["restart"] is True and applied["action"] == "apply_pending"
+    assert applied["applied"] == ["Service.PrivateMounts"] and applied["pending"] == []
+    assert applied["unit_changed"] is False and applied["env_changed"] is False
+    assert json.loads(host.record.read_text())["pending"] == []
+    assert "systemctl daemon-reload" not in host.calls()
