@@ -17,22 +17,33 @@ description:
     describes) and its root-owned 0600 environment file, which alone holds the secrets.
     The unit passes the API key as C(--api-key ${SGLANG_API_KEY}), which systemd expands
     at start, so neither the unit nor the task output carries the value.
-  - With O(state=present), compares the rendered files with the installed ones. When
-    both are equal nothing is written and RV(restart) is false. When either differs, it
-    stages them in C(<config_dir>/staging/), checks the staged unit with
-    C(systemd-analyze verify) (when O(verify)), keeps the installed unit, environment
-    file and deployment record in C(<config_dir>/last-good/), installs the new files
-    atomically, runs C(systemctl daemon-reload), writes the deployment record and
-    returns RV(restart=true). It never restarts the server itself after a change; the
-    caller restarts it (typically through a handler), so every rank of a multi-node
-    server restarts in the same step.
+  - With O(state=present), compares what the rendered files would run with what the
+    installed server runs (the run spec: the exact argv, the environment from the
+    environment file and C(Environment=), user, group, supplementary groups and device
+    access, C(Limit*=), the working directory, the release, the venv and the model path).
+    Comments, the order of directives and directives that take effect without a restart
+    are not part of it (docs/hardening.md classifies every directive).
+  - When the files differ by a byte, it stages them in C(<config_dir>/staging/), checks the
+    staged unit with C(systemd-analyze verify) (when O(verify)), keeps the installed unit,
+    environment file and deployment record in C(<config_dir>/last-good/), installs the new
+    files atomically and runs C(systemctl daemon-reload). RV(restart) is true only when what
+    runs changed (or on a first install). A change of reload-only directives (C(Description=),
+    C(Restart=), C(RestartSec=), C(StartLimit*=), C(TimeoutStopSec=), C(KillMode=), ...) is
+    reported in RV(reload); a change of sandboxing options, which systemd applies only when
+    it starts the process, is RV(pending) until the next restart, or restarts now with
+    O(apply_pending). It never restarts the server itself; the caller restarts it (typically
+    through a handler), so every rank of a multi-node server restarts in the same step.
   - Enables the unit when it is not enabled. When the files did not change, O(start) is
     true and the unit is not active, starts it (RV(started=true)).
   - With O(state=rolled_back), puts the last known good unit, environment file and
     record back, reloads systemd and restarts the server.
   - The deployment record (O(record_path), a local fact file) holds C(strategy),
-    C(layout), C(release), C(argv), C(unit_sha1), C(env_sha1), C(service), C(port) and
-    C(deployed_at); C(deployed_at) changes only when the server is (re)installed.
+    C(layout), C(release), C(argv), C(unit_sha1), C(env_sha1), C(service), C(port),
+    C(deployed_at), C(run_sha256) (the digest of what runs, of C(run_spec_version)),
+    C(pending) and C(pending_pid) (the main PID that runs without them); C(deployed_at)
+    changes only when the server is (re)installed or restarted. A record without
+    C(run_sha256) (written by 0.1.0), or one that no longer describes the installed
+    files, is not used: what runs is then read from the installed unit and environment file.
 extends_documentation_fragment:
   - gpufleet.sglang._attributes
 attributes:
@@ -178,6 +189,13 @@ options:
     description: Start the unit when the files did not change and it is not active.
     type: bool
     default: true
+  apply_pending:
+    description:
+      - Restart the server (RV(restart=true)) when changes that wait for the next restart are
+        pending (RV(pending)): sandboxing options installed earlier, or now, while the same
+        process runs. Nothing is restarted when nothing is pending.
+    type: bool
+    default: false
   manage_account:
     description:
       - Create the system group O(group), the O(device_groups) and the system user O(user)
@@ -187,7 +205,7 @@ options:
     type: bool
     default: true
 notes:
-  - Only the unit and the environment file decide RV(restart). A record that differs
+  - Only what the unit and the environment file run decide RV(restart). A record that differs
     (for example a changed O(port) alone) is rewritten, which reports C(changed) but no
     restart.
   - The previous configuration is kept as last known good only when both an installed
@@ -225,10 +243,53 @@ EXAMPLES = r"""
 RETURN = r"""
 restart:
   description:
-    - Whether the unit or the environment file changed, so the caller must restart the
-      server. Always false with O(state=rolled_back), which restarts it itself.
+    - Whether what the server runs changed (or it is a first install, or O(apply_pending)
+      applies RV(pending)), so the caller must restart the server. Always false with
+      O(state=rolled_back), which restarts it itself.
   returned: always
   type: bool
+action:
+  description:
+    - V(install) (first install), V(restart) (what runs changed), V(apply_pending),
+      V(pending) (sandboxing installed, applies at the next restart), V(reload) (reload-only
+      directives installed), V(comments) (only comments differ) or V(none).
+  returned: when O(state=present)
+  type: str
+run_changes:
+  description: The fields of what runs that changed (C(argv), C(environment), C(user), ...).
+  returned: when O(state=present)
+  type: list
+  elements: str
+reload:
+  description: Reload-only directives (C(Section.Key)) installed now; they take effect at the next restart.
+  returned: when O(state=present)
+  type: list
+  elements: str
+pending:
+  description: Directives (C(Section.Key)) installed but not applied to the running process.
+  returned: when O(state=present)
+  type: list
+  elements: str
+applied:
+  description: The pending directives the restart that O(apply_pending) asked for applies.
+  returned: when O(state=present)
+  type: list
+  elements: str
+byte_rule_restart:
+  description: Whether the rule of 0.1.0 (restart when either file differs by a byte) would have restarted.
+  returned: when O(state=present)
+  type: bool
+previous_from:
+  description:
+    - Where what the installed server runs was read from, V(record) (its C(run_sha256)) or
+      V(files) (the installed unit and environment file); null on a first install.
+  returned: when O(state=present)
+  type: str
+summary:
+  description: One line on what the step did, for the rollout's report.
+  returned: when O(state=present)
+  type: str
+  sample: "pending: applies at the next restart: Service.PrivateMounts"
 started:
   description: Whether the module started the stopped unit (files unchanged, O(start) true).
   returned: always
@@ -285,6 +346,10 @@ record:
     argv: [--model-path, /models/kimi-k2, --tp-size, "8"]
     unit_sha1: 3f786850e387550fdab836ed7e6dc881de23001b
     env_sha1: 89e6c98d92887913cadf06b2adb97f26cde4849b
+    run_sha256: 9f2c4d0e6b1a7c3e5f8d2b4a6c8e0f1a3b5d7e9f1c3a5b7d9e1f3a5c7b9d1e3f
+    run_spec_version: 1
+    pending: []
+    pending_pid: null
     service: sglang
     port: 30000
     deployed_at: "2025-01-31T12:00:00Z"
