@@ -37,6 +37,8 @@ __metaclass__ = type
 import math
 import re
 
+from ansible_collections.gpufleet.sglang.plugins.module_utils._server_unit import pending_now
+
 # SGLang's metric names (see the module docstring for where they are defined).
 METRICS = {
     "running": "sglang:num_running_reqs",
@@ -240,7 +242,9 @@ def row(host, record, props, now_monotonic_usec, readiness, metrics, drift_reaso
     """One host's row of the fleet table.
 
     ``readiness``: ``{"route", "ready", "detail"}``; ``metrics``: ``{"available",
-    "detail", "running", "queued", "gen_throughput"}``.
+    "detail", "running", "queued", "gen_throughput"}``. ``pending`` lists the unit's
+    directives installed but not yet applied to the running process (the record's, while
+    the main PID it was recorded for still runs); it is no problem.
     """
     record = record if isinstance(record, dict) else {}
     try:
@@ -269,6 +273,7 @@ def row(host, record, props, now_monotonic_usec, readiness, metrics, drift_reaso
         "queued": metrics.get("queued"),
         "gen_throughput": metrics.get("gen_throughput"),
         "drift": list(drift_reasons or []),
+        "pending": pending_now(record, pid),
     }
     out["drifted"] = bool(out["drift"])
     out["problems"] = problems(out)
@@ -296,6 +301,7 @@ COLUMNS = (
     ("GEN_TOK/S", 10, lambda r: "-" if r.get("gen_throughput") is None
      else "%.1f" % r["gen_throughput"]),
     ("DEPLOYED_AT", 21, lambda r: _dash(r.get("deployed_at"))),
+    ("PENDING", 16, lambda r: ",".join(p.split(".", 1)[-1] for p in r.get("pending") or []) or "-"),
     ("DRIFT", 0, lambda r: "; ".join(r.get("drift") or []) or "no"),
 )
 

@@ -156,6 +156,14 @@ row:
       description: How the files or the port differ from the deployment record.
       type: list
       elements: str
+    pending:
+      description:
+        - The unit's directives (C(Section.Key)) installed but not yet applied to the running
+          process, for example sandboxing options an upgrade of the collection installed; they
+          apply at the next restart (or a deploy with C(sglang_apply_pending=true)). Read from
+          the record's C(pending), while the main PID it names still runs. Not a problem.
+      type: list
+      elements: str
     drifted:
       description: Whether RV(row.drift) is not empty.
       type: bool
@@ -188,6 +196,7 @@ row:
     gen_throughput: 195.0
     deployed_at: "2026-12-01T00:50:00Z"
     drift: []
+    pending: []
     ok: true
 """
 

@@ -195,6 +195,17 @@ def test_table_is_fixed_width():
     assert line.endswith("unit file differs from the deployment record")
     healthy = table_line(make_row())
     assert healthy.split() == ["h1", "ep8", "0.5.9", "1234", "5m12s", "yes", "3", "0", "195.0",
-                               "2026-12-01T00:50:00Z", "no"]
+                               "2026-12-01T00:50:00Z", "-", "no"]
     off = table_line(make_row(props={}, metrics={}, readiness={"ready": False}))
-    assert off.split() == ["h1", "ep8", "0.5.9", "-", "-", "NO", "-", "-", "-", "2026-12-01T00:50:00Z", "no"]
+    assert off.split() == ["h1", "ep8", "0.5.9", "-", "-", "NO", "-", "-", "-", "2026-12-01T00:50:00Z", "-", "no"]
+
+
+def test_row_pending_while_the_recorded_process_runs():
+    """Issue 23: what the record says is pending, while its main PID (1234) still runs."""
+    record = dict(RECORD, pending=["Service.PrivateMounts"], pending_pid=1234)
+    r = make_row(record=record)
+    assert r["pending"] == ["Service.PrivateMounts"] and r["ok"] and r["problems"] == []
+    assert table_line(r).split()[10] == "PrivateMounts"
+    # another process runs (restarted since): applied, nothing pending
+    restarted = make_row(record=record, props=dict(PROPS, MainPID="999"))
+    assert restarted["pending"] == [] and table_line(restarted).split()[10] == "-"
