@@ -18,7 +18,7 @@ description:
     The unit passes the API key as C(--api-key ${SGLANG_API_KEY}), which systemd expands
     at start, so neither the unit nor the task output carries the value.
   - With O(state=present), compares what the rendered files would run with what the
-    installed server runs (the run spec: the exact argv, the environment from the
+    installed server runs (the run spec, which is the exact argv, the environment from the
     environment file and C(Environment=), user, group, supplementary groups and device
     access, C(Limit*=), the working directory, the release, the venv and the model path).
     Comments, the order of directives and directives that take effect without a restart
@@ -43,7 +43,7 @@ description:
     C(pending) and C(pending_pid) (the main PID that runs without them); C(deployed_at)
     changes only when the server is (re)installed or restarted. A record without
     C(run_sha256) (written by 0.1.0), or one that no longer describes the installed
-    files, is not used: what runs is then read from the installed unit and environment file.
+    files, is not used; what runs is then read from the installed unit and environment file.
 extends_documentation_fragment:
   - gpufleet.sglang._attributes
 attributes:
@@ -192,7 +192,7 @@ options:
   apply_pending:
     description:
       - Restart the server (RV(restart=true)) when changes that wait for the next restart are
-        pending (RV(pending)): sandboxing options installed earlier, or now, while the same
+        pending (RV(pending)), that is sandboxing options installed earlier, or now, while the same
         process runs. Nothing is restarted when nothing is pending.
     type: bool
     default: false
