@@ -26,7 +26,7 @@ description:
     each trial host (or multi-node group) of O(hosts) for the next round, by the method
     O(method) within O(budget) trials. A candidate whose fingerprint is in the journal is
     never assigned again (resume); a refused candidate is never assigned."
-  - The plan is stateless: each call recomputes the search from the journal, so an
+  - The plan is stateless. Each call recomputes the search from the journal, so an
     interrupted tune resumes where it stopped, and a re-run with nothing new assigns nothing
     (RV(done) is true at once).
 extends_documentation_fragment:
