@@ -165,7 +165,8 @@ class StepModel:
     def prefill_s(self, tokens, riders=0):
         """Seconds of one prefill forward of ``tokens`` prompt tokens (plus ``riders``
         decoding requests with mixed chunked prefill)."""
-        return self.ttft_s + tokens / self.prefill_tok_s + riders / self.ceiling
+        prefill = self.ttft_s + tokens / self.prefill_tok_s
+        return max(prefill, self.decode_s(riders)) if riders else prefill
 
     def rate(self, batch):
         """tok/s of one request in a decode batch of ``batch``."""
