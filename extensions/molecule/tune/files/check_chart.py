@@ -7,10 +7,13 @@
 2. The JSON's frontier is the Pareto frontier of those points, computed here on its own
    (a point is on it when no other point is at least as good on both axes and better on
    one), in x order.
-3. The PNG beside the JSON (decoded here with zlib, no imaging library) draws them: the
-   points' markers (blue: meets the SLO; gray: misses it) form at least as many separate
-   blobs as there are distinct positions, the frontier line (orange) is drawn when it has
-   two points or more, and the winner's star (red) is drawn when there is a winner.
+3. The PNG beside the JSON (decoded here with zlib, no imaging library) draws exactly them:
+   each point's pixel position is computed from the JSON alone (matplotlib's default axes
+   box of a 9x6 in, 100 dpi figure, its 5 % autoscale margins over the points and the
+   shaded band, log where the JSON's axes say so), and a marker of the point's colour
+   (blue: meets the SLO; gray: misses it; the winner under its red star) must be within 4
+   px of it; every blue marker blob outside the legend must sit on a JSON point; the
+   frontier line (orange) is drawn when it has two points or more.
 Prints a JSON summary; exits 1 with the reasons when a check fails.
 """
 
@@ -87,6 +90,68 @@ def blobs(rows, rgb, tol=12):
     return comps
 
 
+AXES_PX = (112.5, 810.0, 72.0, 534.0)  # left, right, top, bottom of the default subplot
+
+
+def transform(report):
+    """data (x, y) -> pixel (col, row) as matplotlib lays the report's chart out."""
+    import math  # pylint: disable=import-outside-toplevel
+    axes = report.get("axes") or {}
+    xs = [p["x"] for p in report["points"]]
+    ys = [p["y"] for p in report["points"]]
+    limit = axes.get("tpot_limit_x")
+    if xs and limit:
+        xs = xs + [min(min(xs), limit) * 0.8, limit]
+
+    def scale(values, log):
+        vals = [math.log10(v) for v in values] if log else list(values)
+        lo, hi = min(vals), max(vals)
+        margin = 0.05 * (hi - lo)
+        return lo - margin, hi + margin, log
+
+    sx, sy = scale(xs, axes.get("x_log")), scale(ys, axes.get("y_log"))
+    left, right, top, bottom = AXES_PX
+
+    def to_px(x, y):
+        fx = ((math.log10(x) if sx[2] else x) - sx[0]) / (sx[1] - sx[0])
+        fy = ((math.log10(y) if sy[2] else y) - sy[0]) / (sy[1] - sy[0])
+        return left + fx * (right - left), bottom - fy * (bottom - top)
+    return to_px
+
+
+def near(rows, col, row, rgb, radius=4, tol=12):
+    for y in range(int(row) - radius, int(row) + radius + 1):
+        for x in range(int(col) - radius, int(col) + radius + 1):
+            if 0 <= y < len(rows) and 0 <= x < len(rows[0]) and all(abs(rows[y][x][k] - rgb[k]) <= tol for k in range(3)):
+                return True
+    return False
+
+
+def centroids(rows, rgb, tol=12, min_size=6):
+    """Centres of the connected blobs of colour rgb (at least min_size pixels)."""
+    height, width = len(rows), len(rows[0])
+    seen, out = set(), []
+    for y in range(height):
+        for x in range(width):
+            if (x, y) in seen or not all(abs(rows[y][x][k] - rgb[k]) <= tol for k in range(3)):
+                continue
+            stack, pix = [(x, y)], []
+            seen.add((x, y))
+            while stack:
+                cx, cy = stack.pop()
+                pix.append((cx, cy))
+                for dx in (-1, 0, 1):
+                    for dy in (-1, 0, 1):
+                        nx, ny = cx + dx, cy + dy
+                        if (0 <= nx < width and 0 <= ny < height and (nx, ny) not in seen
+                                and all(abs(rows[ny][nx][k] - rgb[k]) <= tol for k in range(3))):
+                            seen.add((nx, ny))
+                            stack.append((nx, ny))
+            if len(pix) >= min_size:
+                out.append((sum(p[0] for p in pix) / len(pix), sum(p[1] for p in pix) / len(pix)))
+    return out
+
+
 def pareto(points):
     front = [p for p in points
              if not any((q["x"] >= p["x"] and q["y"] >= p["y"]) and (q["x"] > p["x"] or q["y"] > p["y"])
@@ -120,13 +185,21 @@ def main(argv=None):
     png = args.report[:-len(".json")] + ".png"
     width, height, rows = read_png(png)
     found = {name: blobs(rows, rgb) for name, rgb in COLORS.items()}
-    marks = {"blue": {(p["x"], p["y"]) for p in report["points"] if p["meets_slo"]},
-             "gray": {(p["x"], p["y"]) for p in report["points"] if not p["meets_slo"]}}
-    # markers of nearby points merge: count only the points further apart than a marker
-    for name, pts in marks.items():
-        need = 1 if pts else 0
-        if len([b for b in found[name] if b >= 6]) < need:
-            problems.append("the chart draws no %s marker for %d points" % (name, len(pts)))
+    to_px = transform(report)
+    win = report.get("winner") or {}
+    placed = []
+    for p in report["points"]:
+        col, row = to_px(p["x"], p["y"])
+        placed.append((col, row))
+        is_winner = p["id"] == win.get("id") and p["concurrency"] == win.get("concurrency")
+        colour = "red" if is_winner else ("blue" if p["meets_slo"] else "gray")
+        if not near(rows, col, row, COLORS[colour]):
+            problems.append("no %s marker at (%.0f, %.0f) for %s c=%s" % (colour, col, row, p["id"], p["concurrency"]))
+    # every blue marker drawn in the axes (the legend's, top right, aside) is a JSON point
+    for col, row in centroids(rows, COLORS["blue"]):
+        in_legend = col > 560 and row < 180
+        if not in_legend and not any(abs(col - c) <= 6 and abs(row - r) <= 6 for c, r in placed):
+            problems.append("a blue marker at (%.0f, %.0f) is no point of the JSON" % (col, row))
     if len(report["frontier"]) >= 2 and sum(found["orange"]) < 50:
         problems.append("the chart draws no frontier line")
     if report.get("winner") and max(found["red"] or [0]) < 30:

@@ -86,8 +86,9 @@ def main(argv=None):
     every_new = [s for phase in phases[1:] for s in new[phase]]
 
     refused = report["refused"]
-    gate = [r for r in refused if "gate" in (r.get("reason") or "") or r.get("verdict") == "rewritten"]
-    planner = [r for r in refused if r not in gate]
+    # the release's own check says "refuses the launch flags"; the planner "does not fit"
+    gate = [r for r in refused if "refuses the launch flags" in (r.get("reason") or "") or r.get("verdict") == "rewritten"]
+    planner = [r for r in refused if "does not fit" in (r.get("reason") or "")]
     refused_loaded = [r["id"] for r in refused if any(matches(s, r, knobs) for s in every_new)]
 
     by_phase = {}
