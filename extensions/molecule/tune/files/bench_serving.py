@@ -147,7 +147,7 @@ def main(argv=None):
     args = _parser().parse_args(argv)
     result = run(args)
     if args.output_file:
-        with open(args.output_file, "a") as out:
+        with open(args.output_file, "a", encoding="utf-8") as out:
             out.write(json.dumps(result) + "\n")
     print(json.dumps(result))
     return 0

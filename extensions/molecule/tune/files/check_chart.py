@@ -26,6 +26,11 @@ import zlib
 COLORS = {"blue": (31, 119, 180), "gray": (127, 127, 127), "orange": (255, 127, 14), "red": (214, 39, 40)}
 
 
+def _text(path):
+    with open(path, encoding="utf-8") as handle:
+        return handle.read()
+
+
 def read_png(path):
     """(width, height, rows of (r, g, b) tuples) of an 8-bit RGB or RGBA, non-interlaced PNG."""
     with open(path, "rb") as fh:
@@ -164,9 +169,9 @@ def main(argv=None):
     ap.add_argument("--journal", required=True)
     ap.add_argument("--report", required=True)
     args = ap.parse_args(argv)
-    report = json.load(open(args.report))
+    report = json.loads(_text(args.report))
     ids = {row["id"] for row in report["rows"]}
-    lines = [json.loads(line) for line in open(args.journal) if line.strip()]
+    lines = [json.loads(line) for line in _text(args.journal).splitlines() if line.strip()]
     trials = [t for t in lines if t.get("kind") == "trial" and t["candidate"]["id"] in ids and t["status"] == "ok"]
     problems = []
 

@@ -23,6 +23,11 @@ import time
 import yaml
 
 
+def _text(path):
+    with open(path, encoding="utf-8") as handle:
+        return handle.read()
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--project", required=True)
@@ -37,10 +42,10 @@ def main(argv=None):
     import tune_inprocess  # pylint: disable=import-outside-toplevel,import-error
     from ansible_collections.gpufleet.sglang.plugins.module_utils.tune import metrics  # pylint: disable=import-outside-toplevel
 
-    tune = yaml.safe_load(open(args.vars))
+    tune = yaml.safe_load(_text(args.vars))
     load = dict({"tool": "bench_serving"}, **tune["tune_load"])
     slo = tune.get("tune_slo") or {}
-    report = json.load(open(args.report))
+    report = json.loads(_text(args.report))
 
     def goodput(line):
         points = metrics.trial(line.get("runs") or [], (line.get("gpus") or {}).get("used") or 8, slo)
@@ -52,13 +57,13 @@ def main(argv=None):
         journal = os.path.join(tmp, "exhaustive.jsonl")
         plan, rounds, trials = tune_inprocess.run_tune(fleet, tune["tune_space"], load, slo, ["inproc-1"],
                                                        journal, budget=0, method="exhaustive")
-        lines = [json.loads(line) for line in open(journal) if line.strip()]
+        lines = [json.loads(line) for line in _text(journal).splitlines() if line.strip()]
     wall = time.monotonic() - start
     inproc = {line["candidate"]["id"]: goodput(line) for line in lines}
     ranked = sorted(((v, k) for k, v in inproc.items() if v is not None), reverse=True)
     best_goodput, best_id = ranked[0] if ranked else (None, None)
 
-    fleet_lines = [json.loads(line) for line in open(args.journal) if line.strip()]
+    fleet_lines = [json.loads(line) for line in _text(args.journal).splitlines() if line.strip()]
     ids = {r["id"] for r in report["rows"]}
     on_fleet = {line["candidate"]["id"]: goodput(line) for line in fleet_lines
                 if line.get("kind") == "trial" and line["candidate"]["id"] in ids}

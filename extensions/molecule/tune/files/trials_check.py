@@ -20,6 +20,11 @@ import yaml
 LAYOUTS = {"tp8": (8, 1, 1), "pp8": (1, 8, 1), "ep8": (8, 1, 8)}
 
 
+def _text(path):
+    with open(path, encoding="utf-8") as handle:
+        return handle.read()
+
+
 def _flags(argv):
     out, i = {}, 0
     while i < len(argv):
@@ -68,10 +73,10 @@ def main(argv=None):
     args = ap.parse_args(argv)
     hosts, phases = args.hosts.split(","), args.phases.split(",")
     counts = [int(n) for n in args.journal_lines.split(",")]
-    space = yaml.safe_load(open(args.vars))["tune_space"]
+    space = yaml.safe_load(_text(args.vars))["tune_space"]
     knobs = list(space["knobs"])
-    report = json.load(open(args.report))
-    journal = [json.loads(line) for line in open(os.path.join(args.work, "journal.jsonl")) if line.strip()]
+    report = json.loads(_text(args.report))
+    journal = [json.loads(line) for line in _text(os.path.join(args.work, "journal.jsonl")).splitlines() if line.strip()]
     ids = {r["id"] for r in report["rows"]} | {r["id"] for r in report["refused"]} | {r["id"] for r in report["left_out"]}
     trials = [t for t in journal if t.get("kind") == "trial" and t["candidate"]["id"] in ids]
 
@@ -79,7 +84,7 @@ def main(argv=None):
     for phase in phases:
         for host in hosts:
             path = os.path.join(args.work, "starts-%s-%s.jsonl" % (phase, host))
-            starts[(phase, host)] = [json.loads(line) for line in open(path) if line.strip()] if os.path.exists(path) else []
+            starts[(phase, host)] = [json.loads(line) for line in _text(path).splitlines() if line.strip()] if os.path.exists(path) else []
     new = {}  # phase -> the starts since the phase before, on every host
     for prev, phase in zip(phases, phases[1:]):
         new[phase] = [s for h in hosts for s in starts[(phase, h)][len(starts[(prev, h)]):]]
@@ -110,8 +115,8 @@ def main(argv=None):
 
     one = by_phase[phases[1]][0] if by_phase[phases[1]] else None
     out = {
-        "space_size": len(ids),
-        "admissible": len(report["rows"]) + len(report["left_out"]),
+        "space_size": report["space_size"],
+        "admissible": report["space_size"] - len(report["refused"]),
         "refused_planner": [r["id"] for r in planner],
         "refused_gate": [r["id"] for r in gate],
         "refused_reasons": {r["id"]: r.get("reason") for r in refused},
