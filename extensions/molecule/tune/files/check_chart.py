@@ -200,9 +200,11 @@ def main(argv=None):
         colour = "red" if is_winner else ("blue" if p["meets_slo"] else "gray")
         if not near(rows, col, row, COLORS[colour]):
             problems.append("no %s marker at (%.0f, %.0f) for %s c=%s" % (colour, col, row, p["id"], p["concurrency"]))
-    # every blue marker drawn in the axes (the legend's, top right, aside) is a JSON point
+    # every blue marker drawn is a JSON point, but the legend's: the one with the legend's
+    # frontier line entry (orange, the same column) just below it
     for col, row in centroids(rows, COLORS["blue"]):
-        in_legend = col > 560 and row < 180
+        in_legend = any(near(rows, col + dx, row + dy, COLORS["orange"], radius=2)
+                        for dx in (-8, 0, 8) for dy in range(12, 46, 4))
         if not in_legend and not any(abs(col - c) <= 6 and abs(row - r) <= 6 for c, r in placed):
             problems.append("a blue marker at (%.0f, %.0f) is no point of the JSON" % (col, row))
     if len(report["frontier"]) >= 2 and sum(found["orange"]) < 50:

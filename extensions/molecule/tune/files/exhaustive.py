@@ -6,7 +6,7 @@ the collection's planner, argv renderer and gate summary, the release's argparse
 server-args checks, then the in-process bench, with the same rates as the fleet).
 
     python exhaustive.py --project ROOT --journal journal.jsonl --report tune-<time>.json \
-        --vars tune-vars.yml --rates '<SGLANG_EMULATOR_RATES>'
+        --vars vars/tune.yml --rates '<SGLANG_EMULATOR_RATES>'
 
 Prints one JSON document: the exhaustive run's trials and best goodput, the in-process
 goodput of the fleet search's winner, and for every candidate the fleet measured, its

@@ -1,7 +1,7 @@
 """Figures of the tune scenario from its raw data (test only): the journal, the report's
 JSON, the tune's space and each server's emulator start records, read after each run.
 
-    python trials_check.py --work DIR --report tune-<time>.json --vars tune-vars.yml \
+    python trials_check.py --work DIR --report tune-<time>.json --vars vars/tune.yml \
         --hosts h1,h2,h3,h4 --phases before,killed,resumed,again --journal-lines 1,6,6
 
 DIR holds starts-<phase>-<host>.jsonl (the host's starts.jsonl after that phase) and
@@ -103,7 +103,9 @@ def main(argv=None):
     measured = [t["candidate"]["id"] for t in trials]
     first = {t["candidate"]["id"] for t in by_phase[phases[1]] if t["status"] == "ok"}
     rows = {r["id"]: r for r in report["rows"]}
-    unmatched = sorted(cid for cid in rows if not any(matches(s, rows[cid], knobs) for s in every_new))
+    # a host that already ran a candidate measures it without a restart: any start counts
+    every = [s for h in hosts for s in starts[(phases[-1], h)]]
+    unmatched = sorted(cid for cid in rows if not any(matches(s, rows[cid], knobs) for s in every))
     later = [s for p in phases[2:] for s in new[p]]
     reloaded = sorted(cid for cid in first if cid in rows and any(matches(s, rows[cid], knobs) for s in later))
 
