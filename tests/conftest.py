@@ -38,7 +38,7 @@ def pytest_configure(config):
 # --- one pytest run for every stage (scripts/test): order and per-stage timings -----------
 
 # Molecule scenarios first in this order, then any other scenario by name.
-SCENARIO_ORDER = ("deploy", "safety", "multinode", "tune")
+SCENARIO_ORDER = ("deploy", "safety", "multinode", "compare")
 _CHECKS = {"test_ansible_lint": "ansible-lint", "test_argument_specs_in_lockstep_with_defaults":
            "argument-specs", "test_changelog_fragments": "changelog",
            "test_ansible_test_sanity": "sanity"}

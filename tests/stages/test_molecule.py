@@ -3,7 +3,7 @@
 The scenarios are found by pytest-ansible's ``molecule_scenario`` fixture (every
 ``**/molecule/*/molecule.yml`` git tracks), so a new scenario directory is picked up
 without touching this file; ``tests/conftest.py`` orders them deploy, safety, multinode,
-tune, then the others by name.
+compare, then the others by name.
 
 They are run here, not with pytest-ansible's ``MoleculeScenario.test()`` (or
 ``pytest --molecule``): both start molecule in the directory above ``molecule/``, i.e.

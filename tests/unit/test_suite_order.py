@@ -32,7 +32,7 @@ def test_stages_run_in_order_and_new_scenarios_after_the_known_ones():
     mol = "tests/stages/test_molecule.py::test_scenario[extensions-%s]"
     items = [_Item("tests/integration/test_bad_input.py::test_x"),
              _Item(mol % "router", "router"),
-             _Item(mol % "tune", "tune"),
+             _Item(mol % "compare", "compare"),
              _Item(mol % "model", "model"),
              _Item("tests/integration/test_fleet_modules.py::test_y"),
              _Item(mol % "deploy", "deploy"),
@@ -44,5 +44,5 @@ def test_stages_run_in_order_and_new_scenarios_after_the_known_ones():
     conftest.pytest_collection_modifyitems(items)
     assert [conftest._stage_of(i)[1] for i in items] == [  # pylint: disable=protected-access
         "unit", "ansible-lint", "sanity", "molecule-deploy", "fleet-modules", "molecule-safety",
-        "molecule-multinode", "molecule-tune", "molecule-model", "molecule-router",
+        "molecule-multinode", "molecule-compare", "molecule-model", "molecule-router",
         "bad-input"]
