@@ -337,9 +337,11 @@ def converge(router, plan, timeout, interval, keys=None, **clock):
     if removed:
         def gone():
             rows = router.workers()
-            return rows if not set(removed) & set(r["url"] for r in rows) else None
+            # a tuple: an emptied router (no row left) is done too, not a falsy poll
+            return (rows,) if not set(removed) & set(r["url"] for r in rows) else None
 
-        after, elapsed = wait_for(gone, timeout, interval, **clock)
+        seen, elapsed = wait_for(gone, timeout, interval, **clock)
+        after = seen[0] if seen else None
         if after is None:
             raise RouterError("the router %s still lists %s %.0f s after the removal"
                               % (router.base, ", ".join(removed), timeout))
