@@ -24,7 +24,7 @@ description:
     O(drain_timeout) s; on a timeout it fails or goes on, as O(on_drain_timeout) says.
   - With O(state=present), adds those of O(urls) the router does not list and waits until
     it lists every one as healthy and ready (routable).
-  - With O(state=converged), makes the router's membership what it should be: each of O(urls)
+  - With O(state=converged), makes the router's membership what it should be. Each of O(urls)
     whose C(/health) answers 200 (asked from the router's host) and that is not in O(held) is
     added and waited for until the router routes to it; each that is down or held is removed
     and waited for until the router lists it no more; URLs not in O(urls) are left alone. In
@@ -87,7 +87,7 @@ options:
     description:
       - With O(state=converged), the router's systemd unit on its host. When the router cannot be
         reached and this file does not exist, the router is not installed yet (a first deploy
-        before the router role): nothing is done and RV(skipped_reason) says so.
+        before the router role), so nothing is done and RV(skipped_reason) says so.
     type: path
   router_name:
     description: The router's name in messages (its inventory host).
@@ -179,7 +179,7 @@ membership:
   description:
     - With O(state=converged), one row per URL of O(urls) as the router saw it before the
       call (C(router), C(url), C(listed), C(healthy_in_router), C(serving), C(held),
-      C(problem): empty, or what is wrong).
+      C(problem), empty or what is wrong).
   type: list
   elements: dict
   returned: O(state=converged)

@@ -153,3 +153,16 @@ def test_converged_skips_a_router_not_installed_yet_and_names_an_unreachable_one
     (tmp_path / "none.service").write_text("[Unit]\n")
     res, failed = run_module(router_worker, args)
     assert failed and res["msg"].startswith("router r2: cannot reach the router at http://127.0.0.1:9")
+
+
+def test_a_refusal_names_the_router_and_the_counts(run_module):
+    fake = Fake(["http://a:1", "http://b:1"])
+    try:
+        res, failed = run_module(router_worker, {
+            "router_url": fake.url, "router_name": "r2", "urls": ["http://a:1", "http://b:1"],
+            "state": "absent", "min_serving": 1, "_ansible_check_mode": True})
+        assert failed and res["msg"].startswith("router r2: refusing this batch")
+        assert "would leave 0 healthy worker(s)" in res["msg"]
+        assert len(fake.workers) == 2
+    finally:
+        fake.close()
