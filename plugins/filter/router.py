@@ -65,19 +65,21 @@ def router_leaving_urls(batch, groups, hostvars, default_port=30000):
     return out
 
 
-def router_membership_inputs(hosts, groups, hostvars, default_port=30000):
+def router_membership_inputs(hosts, groups, hostvars, default_port=30000,
+                             hold_var="__server_router_hold"):
     """What membership convergence asks of every router for ``hosts``: ``{urls, held,
     unknown}``. A host held by ``sglang_router_hold`` or by its marker (the registered
     ``__server_router_hold``) is in ``held``; a host whose hold was not read this run
     (and is not held by the inventory) is ``unknown`` and left out of ``urls`` (nothing is
-    changed for it)."""
-    urls, held, unknown = [], [], []
+    changed for it); ``by_host`` maps each host to its worker URL."""
+    urls, held, unknown, by_host = [], [], [], {}
     for host in hosts or []:
         hv = hostvars.get(host) or {}
         url = _host_url(host, groups, hostvars, default_port)
         if not url:
             continue
-        read = hv.get("__server_router_hold")
+        by_host[host] = url
+        read = hv.get(hold_var)
         inventory = hv.get("sglang_router_hold", False)
         if not isinstance(read, dict) or "held" not in read:
             if _router_fleet.is_held(None, inventory):
@@ -89,7 +91,7 @@ def router_membership_inputs(hosts, groups, hostvars, default_port=30000):
         urls.append(url)
         if read["held"] or _router_fleet.is_held(None, inventory):
             held.append(url)
-    return {"urls": urls, "held": held, "unknown": unknown}
+    return {"urls": urls, "held": held, "unknown": unknown, "by_host": by_host}
 
 
 def router_worker_keys(hosts, groups, hostvars, default_port=30000):

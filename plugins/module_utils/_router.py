@@ -31,6 +31,7 @@ import json
 import time
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _version
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _waiter
 from ansible_collections.gpufleet.sglang.plugins.module_utils._status import scheduler_metrics
 
 PACKAGES = ("smg", "sglang-router")
@@ -267,15 +268,10 @@ class Router(object):
 
 
 def wait_for(condition, timeout, interval, clock=time.monotonic, sleep=time.sleep):
-    """Poll ``condition()`` (truthy result ends) until ``timeout`` s; returns
-    ``(result, elapsed)`` with the last result (falsy on a timeout)."""
-    start = clock()
-    while True:
-        result = condition()
-        elapsed = clock() - start
-        if result or elapsed >= timeout:
-            return result, round(elapsed, 3)
-        sleep(interval)
+    """Poll ``condition()`` (truthy result ends) until ``timeout`` s with the collection's
+    one waiter; returns ``(result, elapsed)`` with the last result (falsy on a timeout)."""
+    res = _waiter.wait(condition, timeout=timeout, interval=interval, clock=clock, sleep=sleep)
+    return res.value, res.elapsed
 
 
 def take_out(router, urls, min_serving, timeout, interval, **clock):
@@ -337,9 +333,11 @@ def converge(router, plan, timeout, interval, keys=None, **clock):
     if removed:
         def gone():
             rows = router.workers()
-            return rows if not set(removed) & set(r["url"] for r in rows) else None
+            # a tuple: an emptied router (no row left) is done too, not a falsy poll
+            return (rows,) if not set(removed) & set(r["url"] for r in rows) else None
 
-        after, elapsed = wait_for(gone, timeout, interval, **clock)
+        seen, elapsed = wait_for(gone, timeout, interval, **clock)
+        after = seen[0] if seen else None
         if after is None:
             raise RouterError("the router %s still lists %s %.0f s after the removal"
                               % (router.base, ", ".join(removed), timeout))

@@ -39,8 +39,9 @@ def _norm(url):
 
 
 def routers(router_hosts, hostvars):
-    """``[{"host", "url", "api_key"}]`` for the hosts of the router group, in inventory
-    order. The URL is the one the router answers on its own host."""
+    """``[{"host", "url", "api_key", "unit_path"}]`` for the hosts of the router group, in
+    inventory order. The URL is the one the router answers on its own host; ``unit_path``
+    is its systemd unit (the router role's), absent before the router is installed."""
     out = []
     bad = []
     for host in router_hosts or []:
@@ -52,7 +53,9 @@ def routers(router_hosts, hostvars):
             bad.append("%s: router_port is %r; expected an integer" % (host, port))
             continue
         out.append({"host": host, "url": "http://127.0.0.1:%d" % port,
-                    "api_key": hv.get("router_api_key") or ""})
+                    "api_key": hv.get("router_api_key") or "",
+                    "unit_path": "/etc/systemd/system/%s.service"
+                                 % (hv.get("router_service_name") or "sglang-router")})
     if bad:
         raise FleetError("; ".join(bad))
     return out

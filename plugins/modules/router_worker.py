@@ -24,7 +24,7 @@ description:
     O(drain_timeout) s; on a timeout it fails or goes on, as O(on_drain_timeout) says.
   - With O(state=present), adds those of O(urls) the router does not list and waits until
     it lists every one as healthy and ready (routable).
-  - With O(state=converged), makes the router's membership what it should be: each of O(urls)
+  - With O(state=converged), makes the router's membership what it should be. Each of O(urls)
     whose C(/health) answers 200 (asked from the router's host) and that is not in O(held) is
     added and waited for until the router routes to it; each that is down or held is removed
     and waited for until the router lists it no more; URLs not in O(urls) are left alone. In
@@ -83,6 +83,16 @@ options:
     type: list
     elements: str
     default: []
+  unit_path:
+    description:
+      - With O(state=converged), the router's systemd unit on its host. When the router cannot be
+        reached and this file does not exist, the router is not installed yet (a first deploy
+        before the router role), so nothing is done and RV(skipped_reason) says so.
+    type: path
+  router_name:
+    description: The router's name in messages (its inventory host).
+    type: str
+    default: ''
   worker_api_keys:
     description:
       - The servers' own API keys by worker URL; an added worker is given its key (smg's
@@ -161,11 +171,15 @@ added:
   type: list
   elements: str
   returned: O(state=present) or O(state=converged)
+skipped_reason:
+  description: Why nothing was done (O(state=converged), the router is not installed yet).
+  type: str
+  returned: when nothing was done
 membership:
   description:
     - With O(state=converged), one row per URL of O(urls) as the router saw it before the
       call (C(router), C(url), C(listed), C(healthy_in_router), C(serving), C(held),
-      C(problem): empty, or what is wrong).
+      C(problem), empty or what is wrong).
   type: list
   elements: dict
   returned: O(state=converged)
@@ -187,6 +201,7 @@ elapsed_s:
   returned: always
 """
 
+import os
 import time
 import urllib.error
 
@@ -240,6 +255,8 @@ def main():
                        required=True),
             held=dict(type="list", elements="str", default=[]),
             worker_api_keys=dict(type="dict", default={}, no_log=True),
+            unit_path=dict(type="path"),
+            router_name=dict(type="str", default=""),
             min_serving=dict(type="int", default=1),
             metrics_url=dict(type="str"),
             drain_timeout=dict(type="float", default=600),
@@ -253,6 +270,7 @@ def main():
     )
     p = module.params
     start = time.monotonic()
+    named = ("router %s: " % p["router_name"]) if p["router_name"] else ""
     try:
         if p["state"] == "drained":
             if module.check_mode:
@@ -321,9 +339,13 @@ def main():
                          workers_after=res["after"], added=res["added"],
                          elapsed_s=res["elapsed_s"])
     except _router.RouterError as exc:
-        module.fail_json(msg=str(exc), elapsed_s=round(time.monotonic() - start, 3))
+        module.fail_json(msg=named + str(exc), elapsed_s=round(time.monotonic() - start, 3))
     except OSError as exc:
-        module.fail_json(msg="cannot reach the router at %s: %s" % (p["router_url"], exc),
+        if p["state"] == "converged" and p["unit_path"] and not os.path.exists(p["unit_path"]):
+            module.exit_json(changed=False, skipped_reason="the router is not installed yet (no "
+                             "%s)" % p["unit_path"], membership=[], added=[], removed=[],
+                             elapsed_s=0.0)
+        module.fail_json(msg="%scannot reach the router at %s: %s" % (named, p["router_url"], exc),
                          elapsed_s=round(time.monotonic() - start, 3))
 
 

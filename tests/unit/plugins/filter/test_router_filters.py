@@ -35,7 +35,9 @@ def test_membership_inputs_held_and_unknown():
     hv["s3"].pop("__server_router_hold")
     got = f.router_membership_inputs(["s1", "s2", "s3"], GROUPS, hv)
     assert got == {"urls": ["http://10.0.0.1:30000", "http://10.0.0.2:30000"],
-                   "held": ["http://10.0.0.2:30000"], "unknown": ["s3"]}
+                   "held": ["http://10.0.0.2:30000"], "unknown": ["s3"],
+                   "by_host": {"s1": "http://10.0.0.1:30000", "s2": "http://10.0.0.2:30000",
+                               "s3": "http://10.0.0.3:30000"}}
     hv["s3"]["sglang_router_hold"] = True  # held by the inventory even without a read
     got = f.router_membership_inputs(["s1", "s2", "s3"], GROUPS, hv)
     assert got["held"] == ["http://10.0.0.2:30000", "http://10.0.0.3:30000"]

@@ -7,9 +7,12 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils import _router_fle
 
 def test_every_router_of_the_group_in_order_with_its_port_and_key():
     hv = {"r1": {"router_port": 30001, "router_api_key": "k"}, "r2": {}}
+    hv["r2"]["router_service_name"] = "rt"
     assert rf.routers(["r1", "r2"], hv) == [
-        {"host": "r1", "url": "http://127.0.0.1:30001", "api_key": "k"},
-        {"host": "r2", "url": "http://127.0.0.1:30000", "api_key": ""}]
+        {"host": "r1", "url": "http://127.0.0.1:30001", "api_key": "k",
+         "unit_path": "/etc/systemd/system/sglang-router.service"},
+        {"host": "r2", "url": "http://127.0.0.1:30000", "api_key": "",
+         "unit_path": "/etc/systemd/system/rt.service"}]
     assert rf.routers([], hv) == []
     with pytest.raises(rf.FleetError, match="r2: router_port is 'x'"):
         rf.routers(["r1", "r2"], {"r1": {}, "r2": {"router_port": "x"}})

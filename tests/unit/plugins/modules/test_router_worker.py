@@ -119,8 +119,8 @@ def test_unreachable_router_is_named(run_module):
 
 
 def test_converged_adds_the_healthy_removes_the_down_and_the_held(run_module):
-    fake = Fake([])
-    up, held, down = fake.url, fake.url.replace("127.0.0.1", "localhost"), "http://127.0.0.1:9"
+    fake, other = Fake([]), Fake([])
+    up, held, down = fake.url, other.url, "http://127.0.0.1:9"
     fake.workers = {"id-down": down, "id-held": held}
     try:
         args = {"router_url": fake.url, "urls": [up, held, down], "held": [held],
@@ -140,5 +140,29 @@ def test_converged_adds_the_healthy_removes_the_down_and_the_held(run_module):
         res, failed = run_module(router_worker, args)
         assert not failed and not res["changed"]
         assert [r["problem"] for r in res["membership"]] == ["", "", ""]
+    finally:
+        fake.close()
+        other.close()
+
+
+def test_converged_skips_a_router_not_installed_yet_and_names_an_unreachable_one(run_module, tmp_path):
+    args = {"router_url": "http://127.0.0.1:9", "urls": ["http://a:1"], "state": "converged",
+            "api": "workers", "router_name": "r2", "unit_path": str(tmp_path / "none.service")}
+    res, failed = run_module(router_worker, args)
+    assert not failed and not res["changed"] and "not installed yet" in res["skipped_reason"]
+    (tmp_path / "none.service").write_text("[Unit]\n")
+    res, failed = run_module(router_worker, args)
+    assert failed and res["msg"].startswith("router r2: cannot reach the router at http://127.0.0.1:9")
+
+
+def test_a_refusal_names_the_router_and_the_counts(run_module):
+    fake = Fake(["http://a:1", "http://b:1"])
+    try:
+        res, failed = run_module(router_worker, {
+            "router_url": fake.url, "router_name": "r2", "urls": ["http://a:1", "http://b:1"],
+            "state": "absent", "min_serving": 1, "_ansible_check_mode": True})
+        assert failed and res["msg"].startswith("router r2: refusing this batch")
+        assert "would leave 0 healthy worker(s)" in res["msg"]
+        assert len(fake.workers) == 2
     finally:
         fake.close()
