@@ -97,7 +97,10 @@ def run(model, concurrency, num_prompts, input_len, output_len, client_rtt_s=CLI
                 finished += 1
                 if len(sent) < num_prompts:
                     send(now + client_rtt_s)
-    return _line(sent, tokens, concurrency, input_len, output_len)
+    line = _line(sent, tokens, concurrency, input_len, output_len)
+    line["emulator_peak_running"] = sched.peak_running
+    line["emulator_peak_kv_tokens"] = sched.peak_kv_used
+    return line
 
 
 def _line(sent, tokens, concurrency, input_len, output_len):
