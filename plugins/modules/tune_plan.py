@@ -186,6 +186,15 @@ knobs:
   returned: always
   type: list
   elements: str
+strategies:
+  description: The strategies of the space, normalized, in their order (O(mode=expand)).
+  returned: mode=expand
+  type: list
+  elements: str
+slo:
+  description: O(slo) with numbers (V(null) for no limit), as the goodput used it.
+  returned: mode=next
+  type: dict
 space_size:
   description: Number of candidates.
   returned: always

@@ -93,7 +93,7 @@ def _cell(text):
 
 
 def _args_text(extra):
-    return " ".join("%s %s" % (k, "" if v is True else v) for k, v in sorted(extra.items())).strip() or "(defaults)"
+    return " ".join(k if v is True else "%s %s" % (k, v) for k, v in sorted(extra.items())) or "(defaults)"
 
 
 def render_markdown(report, title=None):

@@ -99,19 +99,17 @@ def plan(candidates, knobs, measured, units, budget=0, method="auto"):
     if method == "exhaustive":
         phase = "exhaustive"
         queue = todo
-        path = set(c["id"] for c in admissible)
     else:
-        queue, path, phase = _coordinate_queue(admissible, knobs, done_ids, ranked, by_id, measured)
+        queue, _path, phase = _coordinate_queue(admissible, knobs, done_ids, ranked, by_id, measured)
     picks = queue[:slots]
     if not picks:
         phase = "done"
     chosen = set(c["id"] for c in picks)
     left_out = []
     if not picks:
+        # the search is over: what it did not measure, and why
         for cand in todo:
-            reason = "budget (%s trials)" % budget if left == 0 else "not on the descent path"
-            if cand["id"] in path and left != 0:
-                reason = "not on the descent path"
+            reason = ("budget (%s trials)" % budget) if left == 0 else "not on the descent path"
             left_out.append({"id": cand["id"], "reason": reason})
     rounds = 0
     if picks:
