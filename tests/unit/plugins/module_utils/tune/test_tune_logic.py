@@ -27,6 +27,7 @@ def test_expand_is_the_product_in_a_stable_order():
     assert cands[3]["extra_args"] == {"--enable-metrics": True, "--cuda-graph-max-bs": 32,
                                       "--enable-mixed-chunk": True}
     assert cands[3]["index"] == {"--cuda-graph-max-bs": 1, "--enable-mixed-chunk": 1}
+    assert cands[4]["layout"] == {"name": "ep8", "tp": 8, "pp": 1, "ep": 8, "dp": 1}
     assert len(set(c["id"] for c in cands)) == 8
 
 
