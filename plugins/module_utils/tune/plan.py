@@ -49,7 +49,7 @@ def judge_all(candidates, preflight, release=None, model_commit="", load=None, r
         res = results.get(cand["id"])
         verdict = _verdict.judge(cand, res, release, require_gate)
         cand.update(verdict=verdict["verdict"], reason=verdict["reason"], changes=verdict["changes"])
-        if isinstance(res, dict) and not res.get("failed"):
+        if isinstance(res, dict) and not _verdict.preflight_failed(res):
             gpus = res.get("gpus") or {}
             layout = res.get("layout") or {}
             version = res.get("version") or release

@@ -63,6 +63,9 @@ def test_verdicts():
     assert verdict.judge(_cand(), None)["verdict"] == "refused"
     refused = verdict.judge(_cand(), {"failed": True, "msg": "trial-1: strategy tp8 does not fit\n 8 x"})
     assert refused == {"verdict": "refused", "reason": "trial-1: strategy tp8 does not fit 8 x", "changes": []}
+    # registered with failed_when: false, the refusal says failed: false and keeps its msg
+    masked = verdict.judge(_cand(), {"failed": False, "failed_when_result": False, "msg": "does not fit"})
+    assert masked["verdict"] == "refused" and masked["reason"] == "does not fit"
     ok = {"version": "0.5.9", "server_args": {"verdict": "ok", "derived": {"chunked_prefill_size": 512},
                                               "changes": []}}
     assert verdict.judge(_cand(), ok)["verdict"] == "ok"
