@@ -127,8 +127,9 @@ def render_markdown(report, title=None):
     if report.get("refused"):
         lines += ["", "Refused before any load:"]
         for ref in report["refused"]:
-            lines.append("- %s (%s %s): %s: %s" % (ref["id"], ref["strategy"], _args_text(ref.get("extra_args") or {}),
-                                                 ref["verdict"], ref["reason"]))
+            lines.append("- %s (%s %s): %s: %s" % (
+                ref["id"], ref["strategy"], _args_text(ref.get("extra_args") or {}), ref["verdict"],
+                ref["reason"]))
     if report.get("left_out"):
         lines += ["", "Left out by the search:"]
         for item in report["left_out"]:

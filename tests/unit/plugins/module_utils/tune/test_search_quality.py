@@ -8,7 +8,6 @@ candidate goes through the collection's preflight logic; the admitted ones are m
 the emulator's in-process bench, over the same scheduler model the HTTP server paces by.
 """
 
-import os
 
 import pytest
 
