@@ -261,7 +261,11 @@ best:
   returned: mode=next
   type: dict
 rounds_left:
-  description: Upper bound of the rounds still to come (for a playbook's loop over rounds).
+  description:
+    - Upper bound of the rounds still to come, this one included (for a playbook's loop
+      over rounds; skip the iterations after RV(done)). Exact for V(exhaustive); for
+      V(coordinate) one candidate per round (the descent picks each round from the last
+      one's results), so the loop has spare iterations.
   returned: mode=next
   type: int
 problems:

@@ -113,12 +113,14 @@ def plan(candidates, knobs, measured, units, budget=0, method="auto"):
             left_out.append({"id": cand["id"], "reason": reason})
     rounds = 0
     if picks:
-        remaining = len(queue) if left is None else min(len(queue), left)
-        rounds = -(-remaining // max(len(units), 1))
-        if method == "coordinate":
-            # the descent may find more to do after each round, within the budget
-            more = len(todo) if left is None else min(len(todo), left)
-            rounds = max(rounds, -(-more // max(len(units), 1)))
+        if method == "exhaustive":
+            # every round but the last is full
+            remaining = len(queue) if left is None else min(len(queue), left)
+            rounds = -(-remaining // max(len(units), 1))
+        else:
+            # the descent decides each round from the last one's results, and a round may
+            # fill fewer units than there are: the bound is one candidate per round
+            rounds = len(todo) if left is None else min(len(todo), left)
     out_picks = []
     for n in range(len(units)):
         out_picks.append(picks[n] if n < len(picks) else None)

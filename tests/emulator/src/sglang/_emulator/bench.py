@@ -10,6 +10,8 @@ The result has the keys of a ``bench_serving`` JSONL line, so the collection's o
 (``_bench.parse_bench_serving``) reads it as it reads the real tool's output.
 """
 
+import os
+
 from sglang._emulator import cli
 from sglang._emulator import engine as _engine
 from sglang._emulator import layout as _layout
@@ -24,12 +26,19 @@ class StartFailure(Exception):
     """The emulated server would not start (the message says where and why)."""
 
 
-def server_model(release, argv, gpus_per_node=8, gpu_memory_mib=None, ttft_ms=50.0, rates=None):
+def server_model(release, argv, gpus_per_node=8, gpu_memory_mib=None, ttft_ms=None, rates=None):
     """``(model, info)`` of the server ``python -m sglang.launch_server <argv>`` would run.
 
-    Raises :class:`StartFailure` where the server would exit instead of serving.
-    ``rates``: ``(single, ceiling)``; default ``layout.rates_for`` of the resolved layout.
+    Raises :class:`StartFailure` where the server would exit instead of serving. The
+    defaults are the server's: ``gpu_memory_mib`` from ``SGLANG_EMULATOR_GPU_MEMORY_MIB``,
+    ``ttft_ms`` from ``SGLANG_EMULATOR_TTFT_MS`` (50), ``rates`` (``(single, ceiling)``) from
+    ``layout.rates_for`` of the resolved layout (``SGLANG_EMULATOR_RATES`` first).
     """
+    if ttft_ms is None:
+        try:
+            ttft_ms = float(os.environ.get("SGLANG_EMULATOR_TTFT_MS", "") or 50.0)
+        except ValueError:
+            ttft_ms = 50.0
     try:
         args = cli.parse(release, list(argv))
     except SystemExit as exc:

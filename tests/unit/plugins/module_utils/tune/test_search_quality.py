@@ -40,14 +40,17 @@ def runs(tmp_path_factory):
     full["plan"], full["rounds"], full["trials"] = fleet_double.run_tune(
         fleet, SPACE, LOAD, SLO, HOSTS, str(tmp / "exhaustive.jsonl"), method="exhaustive")
     full["loads"] = list(fleet.loads)
+    full["rounds_left"] = list(fleet.rounds_left)
     full["report"] = tune_report.build(full["plan"], tune_journal.read(str(tmp / "exhaustive.jsonl")), SLO)
     admissible = [c for c in full["plan"]["candidates"] if c["verdict"] == "ok"]
     budget = len(admissible) // 3
     fleet.loads[:] = []
+    fleet.rounds_left[:] = []
     search = {"budget": budget}
     search["plan"], search["rounds"], search["trials"] = fleet_double.run_tune(
         fleet, SPACE, LOAD, SLO, HOSTS, str(tmp / "search.jsonl"), budget=budget, method="auto")
     search["loads"] = list(fleet.loads)
+    search["rounds_left"] = list(fleet.rounds_left)
     search["report"] = tune_report.build(search["plan"], tune_journal.read(str(tmp / "search.jsonl")), SLO)
     return full, search
 
@@ -87,6 +90,16 @@ def test_the_budgeted_search_is_within_5_percent_of_the_exhaustive_best_with_a_t
     assert left == set(c["id"] for c in admissible) - set(search["loads"])
     # rounds ran the trial hosts in parallel: at most ceil(trials / hosts) + 1 rounds
     assert search["rounds"] <= -(-search["trials"] // len(HOSTS)) + 1
+
+
+def test_rounds_left_bounds_the_rounds_that_follow(runs):
+    """A playbook loops over range(rounds_left) of its first plan: that must be enough."""
+    for run in runs:
+        left = run["rounds_left"]
+        assert left[-1] == 0
+        for n, bound in enumerate(left):
+            assert bound >= len(left) - 1 - n, (n, left)
+    assert runs[0]["rounds_left"][0] == runs[0]["rounds"]  # exhaustive: exact
 
 
 def test_a_search_of_the_strategies_alone_would_fail_the_same_bar(runs):
