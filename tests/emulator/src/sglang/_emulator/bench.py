@@ -5,7 +5,8 @@ would measure against the HTTP server, computed without starting one.
 way ``main.main`` does (parse, ``server_args`` refusal, layout, memory plan, rates), and
 :func:`run` drives the same :class:`engine.Scheduler` the HTTP server runs, on a virtual
 clock, with ``concurrency`` closed-loop clients (``bench_serving --max-concurrency``: a
-client sends its next request when its previous one completes, after ``client_rtt_s``).
+client sends its next request when its previous one completes, after ``client_rtt_s``;
+the clients start ``client_rtt_s`` apart).
 The result has the keys of a ``bench_serving`` JSONL line, so the collection's own parser
 (``_bench.parse_bench_serving``) reads it as it reads the real tool's output.
 """
@@ -86,8 +87,11 @@ def run(model, concurrency, num_prompts, input_len, output_len, client_rtt_s=CLI
         tokens[req.rid] = []
         arrivals.append((at, req))
 
-    for _n in range(min(concurrency, num_prompts)):
-        send(0.0)
+    # the clients start one after the other, as threads or tasks of a real harness do: the
+    # first request's prefill starts alone, the next ones queue behind it (a burst sent at
+    # one instant would batch every prompt into one forward and keep the clients in step)
+    for n in range(min(concurrency, num_prompts)):
+        send(n * client_rtt_s)
     finished = 0
     while finished < num_prompts:
         arrivals.sort(key=lambda a: (a[0], a[1].rid))
@@ -100,12 +104,16 @@ def run(model, concurrency, num_prompts, input_len, output_len, client_rtt_s=CLI
             now = arrivals[0][0]
             continue
         now += fwd.duration
+        done_here = 0
         for req, _index in sched.apply(fwd):
             tokens[req.rid].append(now)
             if len(tokens[req.rid]) == req.n_out:
                 finished += 1
+                done_here += 1
                 if len(sent) < num_prompts:
-                    send(now + client_rtt_s)
+                    # the server hands out the tokens of one forward one after the other:
+                    # the clients of requests done together send their next ones in turn
+                    send(now + done_here * client_rtt_s)
     line = _line(sent, tokens, concurrency, input_len, output_len)
     line["emulator_peak_running"] = sched.peak_running
     line["emulator_peak_kv_tokens"] = sched.peak_kv_used
