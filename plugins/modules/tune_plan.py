@@ -151,6 +151,24 @@ EXAMPLES = r"""
   run_once: true
   register: tune_space
 
+- name: Every candidate through the planner and the release's gate, before any load
+  gpufleet.sglang.server_preflight:
+    host: "{{ inventory_hostname }}"
+    python: "{{ server_python }}"
+    model_path: "{{ sglang_model_path }}"
+    layout: "{{ item.layout }}"
+    strategy: "{{ item.strategy }}"
+    server_args: {--model-path: "{{ sglang_model_path }}", --host: 0.0.0.0, --port: 30000}
+    extra_args: "{{ item.extra_args }}"
+    plan: {gpu_count: null, gpu_memory_mib: null, nnodes: 1, release: "{{ sglang_release }}"}
+    port: 30000
+  loop: "{{ tune_space.candidates }}"
+  loop_control:
+    label: "{{ item.id }}"
+  failed_when: false
+  run_once: true
+  register: tune_preflight
+
 - name: Plan the next round
   gpufleet.sglang.tune_plan:
     mode: next
@@ -171,9 +189,11 @@ RETURN = r"""
 candidates:
   description:
     - "O(mode=expand): every candidate, C(id) (C(c<NN>-<strategy>), stable for the same space),
-      C(strategy), C(extra_args) (flag to value: the fixed flags and this candidate's knob
-      values; a knob at V(null) is left out), C(knobs) (knob flag to this candidate's value,
-      V(null) included), C(index) (position of each knob's value in its list)."
+      C(strategy), C(layout) (C(name), C(tp), C(pp), C(ep), C(dp) of the strategy, for
+      M(gpufleet.sglang.server_preflight)'s O(gpufleet.sglang.server_preflight#module:layout)),
+      C(extra_args) (flag to value: the fixed flags and this candidate's knob values; a knob
+      at V(null) is left out), C(knobs) (knob flag to this candidate's value, V(null)
+      included), C(index) (position of each knob's value in its list)."
     - "O(mode=next): the same, each with C(verdict) (V(ok), V(refused) or V(rewritten)),
       C(reason), C(fingerprint) (admissible ones), C(argv), C(gpus) (C(name), C(count) per
       host, C(used) by the server), C(state) (V(measured), V(assigned), V(refused),
@@ -186,6 +206,15 @@ knobs:
   returned: always
   type: list
   elements: str
+strategies:
+  description: The strategies of the space, normalized, in their order (O(mode=expand)).
+  returned: mode=expand
+  type: list
+  elements: str
+slo:
+  description: O(slo) with numbers (V(null) for no limit), as the goodput used it.
+  returned: mode=next
+  type: dict
 space_size:
   description: Number of candidates.
   returned: always
@@ -232,7 +261,11 @@ best:
   returned: mode=next
   type: dict
 rounds_left:
-  description: Upper bound of the rounds still to come (for a playbook's loop over rounds).
+  description:
+    - Upper bound of the rounds still to come, this one included (for a playbook's loop
+      over rounds; skip the iterations after RV(done)). Exact for V(exhaustive); for
+      V(coordinate) one candidate per round (the descent picks each round from the last
+      one's results), so the loop has spare iterations.
   returned: mode=next
   type: int
 problems:

@@ -21,7 +21,7 @@ description:
     TTFT / TPOT / ITL p50 and p99, failed requests) are computed from O(runs) and stored in
     the line; a trial with failed requests, or with O(status=failed), never wins.
   - The append is fsynced; a kill can tear at most the last line, which readers skip.
-  - A trial whose fingerprint is already in the journal is not appended again (RV(changed)
+  - A trial whose fingerprint is already in the journal is not appended again (C(changed)
     is false).
 extends_documentation_fragment:
   - gpufleet.sglang._attributes

@@ -46,7 +46,7 @@ options:
     required: true
   plan:
     description:
-      - The registered result of the last M(gpufleet.sglang.tune_plan) O(mode=next) call
+      - The registered result of the last M(gpufleet.sglang.tune_plan) O(gpufleet.sglang.tune_plan#module:mode=next) call
         (its C(candidates), C(method), C(left_out), C(refused)).
     type: dict
     required: true

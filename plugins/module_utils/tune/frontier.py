@@ -18,15 +18,11 @@ def dominated(a, b):
 
 
 def pareto(points):
-    """The frontier's points in ascending x (a sweep: by x descending, keep rising y)."""
+    """The points no other point dominates (equal points are all kept), in ascending x
+    (then descending y). Quadratic: a tune has hundreds of points, not millions."""
     usable = [p for p in points if p.get("x") is not None and p.get("y") is not None]
-    ordered = sorted(usable, key=lambda p: (-p["x"], -p["y"]))
-    front, best_y = [], None
-    for pt in ordered:
-        if best_y is None or pt["y"] > best_y:
-            front.append(pt)
-            best_y = pt["y"]
-    return list(reversed(front))
+    front = [p for p in usable if not any(dominated(p, q) for q in usable)]
+    return sorted(front, key=lambda p: (p["x"], -p["y"]))
 
 
 def log_axis(values, span=8.0):

@@ -40,8 +40,7 @@ def units_of(hosts):
     return units, problems
 
 
-def judge_all(candidates, preflight, release=None, model_commit="", load=None, require_gate=True,
-              nnodes=1):
+def judge_all(candidates, preflight, release=None, model_commit="", load=None, require_gate=True):
     """Every candidate with its verdict and, when admissible, its fingerprint."""
     results = _verdict.by_candidate(preflight, candidates)
     out = []
@@ -50,11 +49,12 @@ def judge_all(candidates, preflight, release=None, model_commit="", load=None, r
         res = results.get(cand["id"])
         verdict = _verdict.judge(cand, res, release, require_gate)
         cand.update(verdict=verdict["verdict"], reason=verdict["reason"], changes=verdict["changes"])
-        if isinstance(res, dict) and not res.get("failed"):
+        if isinstance(res, dict) and not _verdict.preflight_failed(res):
             gpus = res.get("gpus") or {}
             layout = res.get("layout") or {}
             version = res.get("version") or release
-            count = int(gpus.get("count") or 0) * max(int(nnodes or 1), 1)
+            # the GPUs of every host of the server (a multi-node layout names its nnodes)
+            count = int(gpus.get("count") or 0) * max(int(layout.get("nnodes") or 1), 1)
             used = int(layout.get("gpus") or 0) or count
             cand.update(release=version, model_commit=model_commit or "", argv=res.get("argv") or [],
                         gpus={"name": gpus.get("name"), "count": count, "used": used},
@@ -103,8 +103,7 @@ def next_round(candidates, knobs, preflight, journal_path, hosts, budget=0, meth
         problems.append("candidates: none given (the result of tune_plan mode: expand)")
     if problems:
         raise PlanError("; ".join(problems))
-    nnodes = max(len(u) for u in units)
-    judged = judge_all(candidates, preflight, release, model_commit, load, require_gate, nnodes)
+    judged = judge_all(candidates, preflight, release, model_commit, load, require_gate)
     if not knobs:
         knobs = []
         for cand in judged:

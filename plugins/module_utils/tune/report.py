@@ -93,7 +93,7 @@ def _cell(text):
 
 
 def _args_text(extra):
-    return " ".join("%s %s" % (k, "" if v is True else v) for k, v in sorted(extra.items())).strip() or "(defaults)"
+    return " ".join(k if v is True else "%s %s" % (k, v) for k, v in sorted(extra.items())) or "(defaults)"
 
 
 def render_markdown(report, title=None):
@@ -127,8 +127,9 @@ def render_markdown(report, title=None):
     if report.get("refused"):
         lines += ["", "Refused before any load:"]
         for ref in report["refused"]:
-            lines.append("- %s (%s %s): %s: %s" % (ref["id"], ref["strategy"], _args_text(ref.get("extra_args") or {}),
-                                                 ref["verdict"], ref["reason"]))
+            lines.append("- %s (%s %s): %s: %s" % (
+                ref["id"], ref["strategy"], _args_text(ref.get("extra_args") or {}), ref["verdict"],
+                ref["reason"]))
     if report.get("left_out"):
         lines += ["", "Left out by the search:"]
         for item in report["left_out"]:
@@ -139,9 +140,11 @@ def render_markdown(report, title=None):
     return "\n".join(lines) + "\n"
 
 
-def render_png(report, title=None, width_in=9.0, height_in=6.0, dpi=100):
+def render_png(report, title=None, width_in=9.0, height_in=6.0, dpi=100, drawn=None):
     """PNG bytes: every point of ``report["points"]``, the frontier, the winner, the region
-    outside the SLO shaded."""
+    outside the SLO shaded. ``drawn`` (a dict) receives what the figure's artists hold
+    (``points``, ``frontier``, ``winner``, ``xscale``, ``yscale``, ``shaded``), read back from
+    matplotlib after drawing, so a test checks the chart, not the input."""
     import matplotlib  # pylint: disable=import-outside-toplevel
     matplotlib.use("Agg")
     from matplotlib.figure import Figure  # pylint: disable=import-outside-toplevel
@@ -186,4 +189,29 @@ def render_png(report, title=None, width_in=9.0, height_in=6.0, dpi=100):
     fig.savefig(buf, format="png")
     data = buf.getvalue()
     png_size(data)
+    if drawn is not None:
+        _read_back(ax, drawn)
     return data
+
+
+def _read_back(ax, drawn):
+    """The data of the chart's artists: scatter offsets, the frontier line, the shading."""
+    points, winner = [], None
+    for coll in ax.collections:
+        offsets = [tuple(float(v) for v in row) for row in coll.get_offsets()]
+        if str(coll.get_label()).startswith("winner"):
+            winner = offsets[0] if offsets else None
+        elif str(coll.get_label()).startswith("trial point"):
+            points.extend(offsets)
+    lines = [ln for ln in ax.get_lines() if ln.get_label() == "Pareto frontier"]
+    shaded = None
+    for patch in ax.patches:
+        if patch.get_label() == "outside the TPOT p99 target":
+            if hasattr(patch, "get_width"):  # a Rectangle (matplotlib >= 3.9)
+                shaded = (float(patch.get_x()), float(patch.get_x() + patch.get_width()))
+            else:
+                xs = [float(v[0]) for v in patch.get_xy()]
+                shaded = (min(xs), max(xs))
+    drawn.update(points=points, winner=winner, xscale=ax.get_xscale(), yscale=ax.get_yscale(),
+                 shaded=shaded,
+                 frontier=[(float(x), float(y)) for x, y in zip(*lines[0].get_data())] if lines else [])

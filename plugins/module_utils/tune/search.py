@@ -99,28 +99,28 @@ def plan(candidates, knobs, measured, units, budget=0, method="auto"):
     if method == "exhaustive":
         phase = "exhaustive"
         queue = todo
-        path = set(c["id"] for c in admissible)
     else:
-        queue, path, phase = _coordinate_queue(admissible, knobs, done_ids, ranked, by_id, measured)
+        queue, _path, phase = _coordinate_queue(admissible, knobs, done_ids, ranked, by_id, measured)
     picks = queue[:slots]
     if not picks:
         phase = "done"
     chosen = set(c["id"] for c in picks)
     left_out = []
     if not picks:
+        # the search is over: what it did not measure, and why
         for cand in todo:
-            reason = "budget (%s trials)" % budget if left == 0 else "not on the descent path"
-            if cand["id"] in path and left != 0:
-                reason = "not on the descent path"
+            reason = ("budget (%s trials)" % budget) if left == 0 else "not on the descent path"
             left_out.append({"id": cand["id"], "reason": reason})
     rounds = 0
     if picks:
-        remaining = len(queue) if left is None else min(len(queue), left)
-        rounds = -(-remaining // max(len(units), 1))
-        if method == "coordinate":
-            # the descent may find more to do after each round, within the budget
-            more = len(todo) if left is None else min(len(todo), left)
-            rounds = max(rounds, -(-more // max(len(units), 1)))
+        if method == "exhaustive":
+            # every round but the last is full
+            remaining = len(queue) if left is None else min(len(queue), left)
+            rounds = -(-remaining // max(len(units), 1))
+        else:
+            # the descent decides each round from the last one's results, and a round may
+            # fill fewer units than there are: the bound is one candidate per round
+            rounds = len(todo) if left is None else min(len(todo), left)
     out_picks = []
     for n in range(len(units)):
         out_picks.append(picks[n] if n < len(picks) else None)

@@ -18,6 +18,7 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_help impor
 from ansible_collections.gpufleet.sglang.plugins.module_utils._strategy import (
     StrategyError,
     parse_strategy,
+    strategy_name,
 )
 
 # Flags the strategy sets; a knob may not set them behind its back.
@@ -127,9 +128,10 @@ def expand(space, flags, release):
         strategies = []
     seen = set()
     names = []
+    layouts = {}
     for strategy in strategies:
         try:
-            parse_strategy(strategy)
+            layout = parse_strategy(strategy)
         except StrategyError as exc:
             problems.append("tune_space.strategies %r: %s" % (strategy, exc))
             continue
@@ -139,6 +141,7 @@ def expand(space, flags, release):
             continue
         seen.add(name)
         names.append(name)
+        layouts[name] = dict(layout, name=strategy_name(layout))
 
     knobs = space.get("knobs") or {}
     fixed = space.get("fixed") or {}
@@ -202,6 +205,7 @@ def expand(space, flags, release):
             candidates.append({
                 "id": "c%0*d-%s" % (width, number, strategy),
                 "strategy": strategy,
+                "layout": dict(layouts[strategy]),
                 "extra_args": extra,
                 "knobs": chosen,
                 "index": index,

@@ -36,6 +36,15 @@ def _one_line(text, limit=400):
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
+def preflight_failed(result):
+    """True when the preflight refused. A loop registered with ``failed_when: false`` keeps
+    the module's ``msg`` but reports ``failed: false``; a successful preflight always
+    returns ``server_args``."""
+    if result.get("failed") or result.get("unreachable"):
+        return True
+    return "server_args" not in result and bool(result.get("msg"))
+
+
 def judge(candidate, result, release=None, require_gate=True):
     """``{"verdict", "reason", "changes"}`` of one candidate.
 
@@ -45,7 +54,7 @@ def judge(candidate, result, release=None, require_gate=True):
     if not isinstance(result, dict) or not result:
         return {"verdict": REFUSED, "reason": "no preflight result", "changes": []}
     version = result.get("version") or release or "(unknown release)"
-    if result.get("failed") or result.get("unreachable"):
+    if preflight_failed(result):
         return {"verdict": REFUSED, "changes": [],
                 "reason": _one_line(result.get("msg") or "the preflight failed")}
     gate = result.get("server_args") or {}

@@ -5,10 +5,13 @@ would measure against the HTTP server, computed without starting one.
 way ``main.main`` does (parse, ``server_args`` refusal, layout, memory plan, rates), and
 :func:`run` drives the same :class:`engine.Scheduler` the HTTP server runs, on a virtual
 clock, with ``concurrency`` closed-loop clients (``bench_serving --max-concurrency``: a
-client sends its next request when its previous one completes, after ``client_rtt_s``).
+client sends its next request when its previous one completes, after ``client_rtt_s``;
+the clients start ``client_rtt_s`` apart).
 The result has the keys of a ``bench_serving`` JSONL line, so the collection's own parser
 (``_bench.parse_bench_serving``) reads it as it reads the real tool's output.
 """
+
+import os
 
 from sglang._emulator import cli
 from sglang._emulator import engine as _engine
@@ -24,12 +27,19 @@ class StartFailure(Exception):
     """The emulated server would not start (the message says where and why)."""
 
 
-def server_model(release, argv, gpus_per_node=8, gpu_memory_mib=None, ttft_ms=50.0, rates=None):
+def server_model(release, argv, gpus_per_node=8, gpu_memory_mib=None, ttft_ms=None, rates=None):
     """``(model, info)`` of the server ``python -m sglang.launch_server <argv>`` would run.
 
-    Raises :class:`StartFailure` where the server would exit instead of serving.
-    ``rates``: ``(single, ceiling)``; default ``layout.rates_for`` of the resolved layout.
+    Raises :class:`StartFailure` where the server would exit instead of serving. The
+    defaults are the server's: ``gpu_memory_mib`` from ``SGLANG_EMULATOR_GPU_MEMORY_MIB``,
+    ``ttft_ms`` from ``SGLANG_EMULATOR_TTFT_MS`` (50), ``rates`` (``(single, ceiling)``) from
+    ``layout.rates_for`` of the resolved layout (``SGLANG_EMULATOR_RATES`` first).
     """
+    if ttft_ms is None:
+        try:
+            ttft_ms = float(os.environ.get("SGLANG_EMULATOR_TTFT_MS", "") or 50.0)
+        except ValueError:
+            ttft_ms = 50.0
     try:
         args = cli.parse(release, list(argv))
     except SystemExit as exc:
@@ -77,8 +87,11 @@ def run(model, concurrency, num_prompts, input_len, output_len, client_rtt_s=CLI
         tokens[req.rid] = []
         arrivals.append((at, req))
 
-    for _n in range(min(concurrency, num_prompts)):
-        send(0.0)
+    # the clients start one after the other, as threads or tasks of a real harness do: the
+    # first request's prefill starts alone, the next ones queue behind it (a burst sent at
+    # one instant would batch every prompt into one forward and keep the clients in step)
+    for n in range(min(concurrency, num_prompts)):
+        send(n * client_rtt_s)
     finished = 0
     while finished < num_prompts:
         arrivals.sort(key=lambda a: (a[0], a[1].rid))
@@ -91,13 +104,20 @@ def run(model, concurrency, num_prompts, input_len, output_len, client_rtt_s=CLI
             now = arrivals[0][0]
             continue
         now += fwd.duration
+        done_here = 0
         for req, _index in sched.apply(fwd):
             tokens[req.rid].append(now)
             if len(tokens[req.rid]) == req.n_out:
                 finished += 1
+                done_here += 1
                 if len(sent) < num_prompts:
-                    send(now + client_rtt_s)
-    return _line(sent, tokens, concurrency, input_len, output_len)
+                    # the server hands out the tokens of one forward one after the other:
+                    # the clients of requests done together send their next ones in turn
+                    send(now + done_here * client_rtt_s)
+    line = _line(sent, tokens, concurrency, input_len, output_len)
+    line["emulator_peak_running"] = sched.peak_running
+    line["emulator_peak_kv_tokens"] = sched.peak_kv_used
+    return line
 
 
 def _line(sent, tokens, concurrency, input_len, output_len):

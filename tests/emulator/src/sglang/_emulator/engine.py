@@ -28,8 +28,10 @@ The scheduler does what SGLang's does, in the parts the searched knobs reach (pa
   emulator never needs to retract).
 * ``--chunked-prefill-size`` bounds the prompt tokens of one prefill forward
   (``PrefillAdder.rem_chunk_tokens``; a longer prompt becomes the ``chunked_req`` and goes on
-  in the next forward). Each forward pays a fixed cost, so small chunks raise TTFT; each
-  forward stalls the decoders, so large chunks make long decode stalls (ITL spikes).
+  in the next forward, before any decode step). Each forward pays a fixed cost, so small
+  chunks raise TTFT; with mixed chunk a forward is one decode step of the riders, so large
+  chunks make long decode stalls (ITL spikes); without it the decoders wait for all the
+  chunks of a prompt, back to back.
 * Above ``--cuda-graph-max-bs`` a decode step runs without CUDA graphs:
   ``model_executor/cuda_graph_runner.py`` ``CudaGraphRunner.can_run`` is false when
   ``batch_size > max_bs``, and ``ModelRunner.forward`` then runs the eager
@@ -206,6 +208,8 @@ class Scheduler:
         self.waiting = collections.deque()
         self.running = []           # admitted: prefilling or decoding
         self.kv_used = 0
+        self.peak_running = 0
+        self.peak_kv_used = 0
 
     def submit(self, req):
         self.waiting.append(req)
@@ -245,6 +249,8 @@ class Scheduler:
             self.waiting.popleft()
             self.running.append(req)
             self.kv_used += req.reserved
+            self.peak_running = max(self.peak_running, len(self.running))
+            self.peak_kv_used = max(self.peak_kv_used, self.kv_used)
             take = int(min(req.prompt, budget))
             chunks.append((req, take))
             budget -= take

@@ -8,7 +8,6 @@ candidate goes through the collection's preflight logic; the admitted ones are m
 the emulator's in-process bench, over the same scheduler model the HTTP server paces by.
 """
 
-import os
 
 import pytest
 
@@ -41,14 +40,17 @@ def runs(tmp_path_factory):
     full["plan"], full["rounds"], full["trials"] = fleet_double.run_tune(
         fleet, SPACE, LOAD, SLO, HOSTS, str(tmp / "exhaustive.jsonl"), method="exhaustive")
     full["loads"] = list(fleet.loads)
+    full["rounds_left"] = list(fleet.rounds_left)
     full["report"] = tune_report.build(full["plan"], tune_journal.read(str(tmp / "exhaustive.jsonl")), SLO)
     admissible = [c for c in full["plan"]["candidates"] if c["verdict"] == "ok"]
     budget = len(admissible) // 3
     fleet.loads[:] = []
+    fleet.rounds_left[:] = []
     search = {"budget": budget}
     search["plan"], search["rounds"], search["trials"] = fleet_double.run_tune(
         fleet, SPACE, LOAD, SLO, HOSTS, str(tmp / "search.jsonl"), budget=budget, method="auto")
     search["loads"] = list(fleet.loads)
+    search["rounds_left"] = list(fleet.rounds_left)
     search["report"] = tune_report.build(search["plan"], tune_journal.read(str(tmp / "search.jsonl")), SLO)
     return full, search
 
@@ -88,6 +90,16 @@ def test_the_budgeted_search_is_within_5_percent_of_the_exhaustive_best_with_a_t
     assert left == set(c["id"] for c in admissible) - set(search["loads"])
     # rounds ran the trial hosts in parallel: at most ceil(trials / hosts) + 1 rounds
     assert search["rounds"] <= -(-search["trials"] // len(HOSTS)) + 1
+
+
+def test_rounds_left_bounds_the_rounds_that_follow(runs):
+    """A playbook loops over range(rounds_left) of its first plan: that must be enough."""
+    for run in runs:
+        left = run["rounds_left"]
+        assert left[-1] == 0
+        for n, bound in enumerate(left):
+            assert bound >= len(left) - 1 - n, (n, left)
+    assert runs[0]["rounds_left"][0] == runs[0]["rounds"]  # exhaustive: exact
 
 
 def test_a_search_of_the_strategies_alone_would_fail_the_same_bar(runs):
@@ -135,17 +147,15 @@ def test_a_failed_trial_never_wins(tmp_path):
         return status, reason, runs_
 
     fleet.trial = lossy
+    slo = {"ttft_p99_ms": 8000, "tpot_p99_ms": 50}
     path = str(tmp_path / "journal.jsonl")
     small = {"strategies": ["tp8", "ep8"], "knobs": {"--cuda-graph-max-bs": [None]}}
-    plan, _r, _t = fleet_double.run_tune(fleet, small, LOAD, SLO, HOSTS, path)
-    rep = tune_report.build(plan, tune_journal.read(path), SLO)
-    ep8 = [r for r in rep["rows"] if r["strategy"] == "ep8"][0]
-    tp8 = [r for r in rep["rows"] if r["strategy"] == "tp8"][0]
-    # the control: ep8's throughput is higher, and only its failures keep it from winning
-    assert ep8["peak_tok_s_per_gpu"] > tp8["peak_tok_s_per_gpu"]
-    assert ep8["goodput"] is None and ep8["failed"] > 0
-    assert rep["winner"]["strategy"] != "ep8"
-    assert tune_metrics.goodput(tune_metrics.trial(
-        [dict(r, failed=0) for r in tune_journal.read(path)[
-            [k for k, v in tune_journal.read(path).items() if v["candidate"]["strategy"] == "ep8"][0]]["runs"]],
-        8, tune_metrics.check_slo(SLO)))[0] is not None
+    plan, _r, _t = fleet_double.run_tune(fleet, small, LOAD, slo, HOSTS, path)
+    rep = tune_report.build(plan, tune_journal.read(path), slo)
+    rows = dict((r["strategy"], r) for r in rep["rows"])
+    assert rows["ep8"]["goodput"] is None and rows["ep8"]["failed"] == len(LOAD["concurrencies"])
+    assert rep["winner"]["strategy"] == "tp8"
+    # the control: without its failures ep8 would have won
+    lines = [v for v in tune_journal.read(path).values() if v["candidate"]["strategy"] == "ep8"]
+    clean = tune_metrics.trial([dict(r, failed=0) for r in lines[0]["runs"]], 8, tune_metrics.check_slo(slo))
+    assert tune_metrics.goodput(clean)[0] > rep["winner"]["goodput"]

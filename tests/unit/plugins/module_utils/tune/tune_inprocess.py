@@ -52,6 +52,7 @@ class Fleet:
         self.port = port
         self.flags = release_flags(release)
         self.loads = []  # ids of the candidates "loaded" (started), in order
+        self.rounds_left = []  # tune_plan's rounds_left of each call of run_tune, in order
         self._measured = {}  # the in-process model is deterministic: one run per argv and load
         self._preflights = {}
 
@@ -148,6 +149,7 @@ def run_tune(fleet, space, load, slo, hosts, journal, budget=0, method="auto", s
     while True:
         out = tune_plan.next_round(cands, expanded["knobs"], preflight, journal, hosts, budget, method,
                                    slo, fleet.release, "", load)
+        fleet.rounds_left.append(out["rounds_left"])
         if out["done"]:
             return out, rounds, trials
         rounds += 1
