@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) gpufleet.sglang contributors
 # MIT License (see LICENSE)
-"""Filter of the router role: the router's worker URLs from the inventory."""
+"""Filters of the router control plane: the router's worker URLs, every router of the
+group, the hosts of a batch that leave the routers, and what membership is asked for."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -9,6 +10,7 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _router_fleet
 from ansible_collections.gpufleet.sglang.plugins.module_utils._router import (
     RouterError,
     worker_urls,
@@ -23,6 +25,110 @@ def router_worker_urls(servers, groups, hostvars, default_port=30000):
         raise AnsibleFilterError(str(exc))
 
 
+def router_endpoints(router_hosts, hostvars):
+    """Every router of the group: ``[{host, url, api_key}]``."""
+    try:
+        return _router_fleet.routers(list(router_hosts or []), hostvars)
+    except _router_fleet.FleetError as exc:
+        raise AnsibleFilterError(str(exc))
+
+
+def _host_url(host, groups, hostvars, default_port):
+    try:
+        urls = worker_urls([host], groups, hostvars, default_port)
+    except RouterError as exc:
+        raise AnsibleFilterError(str(exc))
+    return urls[0] if urls else ""
+
+
+def _plan_of(hv):
+    unit = hv.get("__server_unit_plan") or {}
+    hold = hv.get("__server_router_hold") or {}
+    return _router_fleet.switch_plan(unit.get("restart", False), unit.get("has_last_good", False),
+                                     hold.get("held", False))
+
+
+def router_switch_plan(host, hostvars):
+    """The switch plan of one host from its registered check-mode unit plan and hold read
+    (``{leave, held, readd}``)."""
+    return _plan_of(hostvars.get(host) or {})
+
+
+def router_leaving_urls(batch, groups, hostvars, default_port=30000):
+    """The worker URLs of the batch's hosts that leave the routers (in order)."""
+    out = []
+    for host in batch or []:
+        if _plan_of(hostvars.get(host) or {})["leave"]:
+            url = _host_url(host, groups, hostvars, default_port)
+            if url and url not in out:
+                out.append(url)
+    return out
+
+
+def router_membership_inputs(hosts, groups, hostvars, default_port=30000,
+                             hold_var="__server_router_hold"):
+    """What membership convergence asks of every router for ``hosts``: ``{urls, held,
+    unknown}``. A host held by ``sglang_router_hold`` or by its marker (the registered
+    ``__server_router_hold``) is in ``held``; a host whose hold was not read this run
+    (and is not held by the inventory) is ``unknown`` and left out of ``urls`` (nothing is
+    changed for it); ``by_host`` maps each host to its worker URL."""
+    urls, held, unknown, by_host = [], [], [], {}
+    for host in hosts or []:
+        hv = hostvars.get(host) or {}
+        url = _host_url(host, groups, hostvars, default_port)
+        if not url:
+            continue
+        by_host[host] = url
+        read = hv.get(hold_var)
+        inventory = hv.get("sglang_router_hold", False)
+        if not isinstance(read, dict) or "held" not in read:
+            if _router_fleet.is_held(None, inventory):
+                urls.append(url)
+                held.append(url)
+            else:
+                unknown.append(host)
+            continue
+        urls.append(url)
+        if read["held"] or _router_fleet.is_held(None, inventory):
+            held.append(url)
+    return {"urls": urls, "held": held, "unknown": unknown, "by_host": by_host}
+
+
+def router_worker_keys(hosts, groups, hostvars, default_port=30000):
+    """``{worker URL: server_api_key}`` for those of ``hosts`` that set a server key."""
+    out = {}
+    for host in hosts or []:
+        key = (hostvars.get(host) or {}).get("server_api_key") or ""
+        if key:
+            url = _host_url(host, groups, hostvars, default_port)
+            if url:
+                out[url] = key
+    return out
+
+
+def hosts_with(hosts, hostvars, var):
+    """Those of ``hosts`` on which ``var`` is defined (a registered result, a fact)."""
+    return [h for h in hosts or [] if var in (hostvars.get(h) or {})]
+
+
+def router_removed(results, url):
+    """Whether any router's removal (a looped router_worker result) removed ``url``."""
+    url = str(url).strip().rstrip("/")
+    for res in (results or {}).get("results", []) if isinstance(results, dict) else []:
+        if url in [str(u).rstrip("/") for u in res.get("removed") or []]:
+            return True
+    return False
+
+
 class FilterModule(object):
     def filters(self):
-        return {"router_worker_urls": router_worker_urls}
+        return {
+            "router_worker_urls": router_worker_urls,
+            "router_endpoints": router_endpoints,
+            "router_switch_plan": router_switch_plan,
+            "router_leaving_urls": router_leaving_urls,
+            "router_membership_inputs": router_membership_inputs,
+            "router_removed": router_removed,
+            "router_worker_keys": router_worker_keys,
+            "hosts_with": hosts_with,
+        }

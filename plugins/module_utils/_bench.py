@@ -13,7 +13,9 @@ One result schema for every tool (:data:`RESULT_FIELDS`)::
      request_tok_s,         # decode tokens per second of one request (optional: None)
      request_throughput,    # completed requests per second
      mean_ttft_ms, median_ttft_ms, p99_ttft_ms, mean_itl_ms, mean_tpot_ms,
-     duration_s, completed}
+     median_tpot_ms, p99_tpot_ms, median_itl_ms, p99_itl_ms,   # None where a release lacks them
+     duration_s, completed,
+     failed}                # requests sent - requests completed (None when unknown)
 
 Sources:
 
@@ -43,8 +45,8 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils._version import at
 RESULT_FIELDS = (
     "tool", "strategy", "concurrency", "num_prompts", "input_len", "output_len",
     "output_tok_s", "request_tok_s", "request_throughput", "mean_ttft_ms",
-    "median_ttft_ms", "p99_ttft_ms", "mean_itl_ms", "mean_tpot_ms", "duration_s",
-    "completed",
+    "median_ttft_ms", "p99_ttft_ms", "mean_itl_ms", "mean_tpot_ms", "median_tpot_ms",
+    "p99_tpot_ms", "median_itl_ms", "p99_itl_ms", "duration_s", "completed", "failed",
 )
 
 # bench_serving JSONL keys present in every release checked (0.4.6.post5 .. 0.5.23).
@@ -159,10 +161,24 @@ def parse_bench_serving(text, strategy=None, concurrency=None, num_prompts=None)
         p99_ttft_ms=_num(obj.get("p99_ttft_ms")),
         mean_itl_ms=_num(obj.get("mean_itl_ms")),
         mean_tpot_ms=tpot,
+        median_tpot_ms=_num(obj.get("median_tpot_ms")),
+        p99_tpot_ms=_num(obj.get("p99_tpot_ms")),
+        median_itl_ms=_num(obj.get("median_itl_ms")),
+        p99_itl_ms=_num(obj.get("p99_itl_ms")),
         duration_s=_num(obj.get("duration")),
         completed=_int(obj.get("completed")),
     )
+    res["failed"] = _failed(res["num_prompts"] if num_prompts is not None else None, res["completed"])
     return res
+
+
+def _failed(sent, completed):
+    """Requests sent minus requests completed; None when the number sent is not known.
+    bench_serving counts only successful requests in ``completed`` (a failed request is
+    dropped from every latency figure), so a refusing server would look fast without it."""
+    if sent is None or completed is None:
+        return None
+    return max(int(sent) - int(completed), 0)
 
 
 def _flag_set(available_flags):
@@ -368,9 +384,18 @@ def parse_aiperf(text, strategy=None, concurrency=None, num_prompts=None):
         # (latency - ttft) / (tokens - 1), which aiperf calls inter_token_latency
         mean_itl_ms=itl if itl is not None else _metric(metrics, "inter_token_latency"),
         mean_tpot_ms=_metric(metrics, "inter_token_latency"),
+        median_tpot_ms=_metric(metrics, "inter_token_latency", "p50"),
+        p99_tpot_ms=_metric(metrics, "inter_token_latency", "p99"),
+        median_itl_ms=_metric(metrics, "inter_chunk_latency", "p50"),
+        p99_itl_ms=_metric(metrics, "inter_chunk_latency", "p99"),
         duration_s=_metric(metrics, "benchmark_duration"),
         completed=_int(completed),
     )
+    errors = _metric(metrics, "error_request_count")
+    if errors is not None:
+        res["failed"] = _int(errors)
+    else:
+        res["failed"] = _failed(res["num_prompts"], res["completed"])
     return res
 
 

@@ -80,10 +80,16 @@ def read_json(path, default=None):
 
 def append_line(path, record, mode=0o644):
     """Append ``record`` as one JSON line and fsync (a journal survives a kill: at most the
-    last line is torn, and :func:`read_lines` skips a torn line)."""
+    last line is torn, :func:`read_lines` skips a torn line, and the next append starts
+    on a new line after it)."""
     line = json.dumps(record, sort_keys=True) + "\n"
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, mode)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, mode)
     try:
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            # a torn last line (a kill mid-append): start on a line of our own, so that
+            # this record is not glued to the torn one and lost with it
+            line = "\n" + line
         os.write(fd, line.encode("utf-8"))
         os.fsync(fd)
     finally:

@@ -31,6 +31,7 @@ import json
 import time
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _version
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _waiter
 from ansible_collections.gpufleet.sglang.plugins.module_utils._status import scheduler_metrics
 
 PACKAGES = ("smg", "sglang-router")
@@ -229,13 +230,18 @@ class Router(object):
         except ValueError:
             raise RouterError("GET %s%s did not answer JSON: %s" % (self.base, path, text[:300]))
 
-    def add(self, url):
+    def add(self, url, api_key=None):
+        """Add ``url``; ``api_key`` is the worker's own key (smg's ``api_key`` of
+        ``POST /workers``), with which the router then calls the worker."""
         url = normalize_url(url)
         if self.api == "legacy":
             status, text = self._call("POST", "/add_worker?url=" + url)
             ok = status == 200
         else:
-            status, text = self._call("POST", "/workers", {"url": url})
+            body = {"url": url}
+            if api_key:
+                body["api_key"] = api_key
+            status, text = self._call("POST", "/workers", body)
             ok = status in (200, 201, 202, 409)  # 409: smg already has it
         if not ok:
             raise RouterError("adding %s to the router %s answered %s: %s"
@@ -262,15 +268,10 @@ class Router(object):
 
 
 def wait_for(condition, timeout, interval, clock=time.monotonic, sleep=time.sleep):
-    """Poll ``condition()`` (truthy result ends) until ``timeout`` s; returns
-    ``(result, elapsed)`` with the last result (falsy on a timeout)."""
-    start = clock()
-    while True:
-        result = condition()
-        elapsed = clock() - start
-        if result or elapsed >= timeout:
-            return result, round(elapsed, 3)
-        sleep(interval)
+    """Poll ``condition()`` (truthy result ends) until ``timeout`` s with the collection's
+    one waiter; returns ``(result, elapsed)`` with the last result (falsy on a timeout)."""
+    res = _waiter.wait(condition, timeout=timeout, interval=interval, clock=clock, sleep=sleep)
+    return res.value, res.elapsed
 
 
 def take_out(router, urls, min_serving, timeout, interval, **clock):
@@ -294,15 +295,17 @@ def take_out(router, urls, min_serving, timeout, interval, **clock):
     return {"before": before, "after": after, "elapsed_s": elapsed, "removed": removed}
 
 
-def put_back(router, urls, timeout, interval, **clock):
-    """Add ``urls`` (those not listed yet) and wait until the router lists each as healthy
-    and ready. Returns ``{"before", "after", "elapsed_s", "added"}``."""
+def put_back(router, urls, timeout, interval, keys=None, **clock):
+    """Add ``urls`` (those not listed yet; ``keys`` maps a URL to the worker's own API key)
+    and wait until the router lists each as healthy and ready. Returns ``{"before",
+    "after", "elapsed_s", "added"}``."""
     urls = [normalize_url(u) for u in urls]
+    keys = dict((normalize_url(k), v) for k, v in (keys or {}).items())
     before = router.workers()
     listed = set(r["url"] for r in before)
     added = [u for u in urls if u not in listed]
     for u in added:
-        router.add(u)
+        router.add(u, keys.get(u))
 
     def routed():
         rows = router.workers()
@@ -315,6 +318,36 @@ def put_back(router, urls, timeout, interval, **clock):
         raise RouterError("the router %s does not route to %s %.0f s after the add: it lists "
                           "%s" % (router.base, ", ".join(urls), timeout, json.dumps(rows)))
     return {"before": before, "after": after, "elapsed_s": elapsed, "added": added}
+
+
+def converge(router, plan, timeout, interval, keys=None, **clock):
+    """Apply one router's membership ``plan`` (``_router_fleet.membership``): remove what
+    must go and wait until it is gone, then add what is missing and wait until the router
+    routes to it. Returns ``{"before", "after", "elapsed_s", "added", "removed"}``."""
+    before = router.workers()
+    removed = [normalize_url(u) for u in plan.get("remove") or []]
+    for u in removed:
+        router.remove(u, before)
+    elapsed = 0.0
+    after = before
+    if removed:
+        def gone():
+            rows = router.workers()
+            # a tuple: an emptied router (no row left) is done too, not a falsy poll
+            return (rows,) if not set(removed) & set(r["url"] for r in rows) else None
+
+        seen, elapsed = wait_for(gone, timeout, interval, **clock)
+        after = seen[0] if seen else None
+        if after is None:
+            raise RouterError("the router %s still lists %s %.0f s after the removal"
+                              % (router.base, ", ".join(removed), timeout))
+    added = []
+    if plan.get("add"):
+        res = put_back(router, plan["add"], timeout, interval, keys, **clock)
+        added, after = res["added"], res["after"]
+        elapsed += res["elapsed_s"]
+    return {"before": before, "after": after, "elapsed_s": round(elapsed, 3),
+            "added": added, "removed": removed}
 
 
 def drain(read_metrics, timeout, interval, **clock):

@@ -24,6 +24,11 @@ description:
     O(drain_timeout) s; on a timeout it fails or goes on, as O(on_drain_timeout) says.
   - With O(state=present), adds those of O(urls) the router does not list and waits until
     it lists every one as healthy and ready (routable).
+  - With O(state=converged), makes the router's membership what it should be. Each of O(urls)
+    whose C(/health) answers 200 (asked from the router's host) and that is not in O(held) is
+    added and waited for until the router routes to it; each that is down or held is removed
+    and waited for until the router lists it no more; URLs not in O(urls) are left alone. In
+    check mode it only reports (RV(membership), one row per URL).
   - The router does not keep workers across its own restart; the router role's
     C(--worker-urls) does.
 extends_documentation_fragment:
@@ -71,8 +76,29 @@ options:
   state:
     description: What to do, see the description.
     type: str
-    choices: [absent, drained, present]
+    choices: [absent, drained, present, converged]
     required: true
+  held:
+    description: With O(state=converged), the worker URLs that are held out on purpose.
+    type: list
+    elements: str
+    default: []
+  unit_path:
+    description:
+      - With O(state=converged), the router's systemd unit on its host. When the router cannot be
+        reached and this file does not exist, the router is not installed yet (a first deploy
+        before the router role), so nothing is done and RV(skipped_reason) says so.
+    type: path
+  router_name:
+    description: The router's name in messages (its inventory host).
+    type: str
+    default: ''
+  worker_api_keys:
+    description:
+      - The servers' own API keys by worker URL; an added worker is given its key (smg's
+        C(api_key) of C(POST /workers)) so that the router calls it with that key.
+    type: dict
+    default: {}
   min_serving:
     description: With O(state=absent), the fewest healthy workers the router must keep.
     type: int
@@ -139,12 +165,24 @@ removed:
   description: URLs removed.
   type: list
   elements: str
-  returned: O(state=absent)
+  returned: O(state=absent) or O(state=converged)
 added:
   description: URLs added.
   type: list
   elements: str
-  returned: O(state=present)
+  returned: O(state=present) or O(state=converged)
+skipped_reason:
+  description: Why nothing was done (O(state=converged), the router is not installed yet).
+  type: str
+  returned: when nothing was done
+membership:
+  description:
+    - With O(state=converged), one row per URL of O(urls) as the router saw it before the
+      call (C(router), C(url), C(listed), C(healthy_in_router), C(serving), C(held),
+      C(problem), empty or what is wrong).
+  type: list
+  elements: dict
+  returned: O(state=converged)
 drained:
   description: Whether the server went idle in time.
   type: bool
@@ -163,6 +201,7 @@ elapsed_s:
   returned: always
 """
 
+import os
 import time
 import urllib.error
 
@@ -170,6 +209,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import open_url
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _router
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _router_fleet
 
 
 def fetch(method, url, body, headers, timeout):
@@ -181,6 +221,15 @@ def fetch(method, url, body, headers, timeout):
         return resp.status, resp.read().decode("utf-8", "replace")
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read().decode("utf-8", "replace")
+
+
+def probe(url, timeout):
+    """Whether the worker answers ``/health`` with 200 (open without a key on SGLang)."""
+    try:
+        status, _text = fetch("GET", _router.normalize_url(url) + "/health", None, {}, timeout)
+    except OSError:
+        return False
+    return status == 200
 
 
 def detect_api(base, headers, timeout):
@@ -202,7 +251,12 @@ def main():
             api=dict(type="str", choices=["auto", "workers", "legacy"], default="auto"),
             api_key=dict(type="str", no_log=True),
             urls=dict(type="list", elements="str", default=[]),
-            state=dict(type="str", choices=["absent", "drained", "present"], required=True),
+            state=dict(type="str", choices=["absent", "drained", "present", "converged"],
+                       required=True),
+            held=dict(type="list", elements="str", default=[]),
+            worker_api_keys=dict(type="dict", default={}, no_log=True),
+            unit_path=dict(type="path"),
+            router_name=dict(type="str", default=""),
             min_serving=dict(type="int", default=1),
             metrics_url=dict(type="str"),
             drain_timeout=dict(type="float", default=600),
@@ -216,6 +270,7 @@ def main():
     )
     p = module.params
     start = time.monotonic()
+    named = ("router %s: " % p["router_name"]) if p["router_name"] else ""
     try:
         if p["state"] == "drained":
             if module.check_mode:
@@ -248,6 +303,21 @@ def main():
             api = detect_api(base, headers, p["request_timeout"])
         router = _router.Router(base, api, fetch, p["api_key"], p["request_timeout"])
         urls = [_router.normalize_url(u) for u in p["urls"]]
+        keys = dict((_router.normalize_url(k), v) for k, v in p["worker_api_keys"].items() if v)
+        if p["state"] == "converged":
+            rows = router.workers()
+            healthy = dict((u, probe(u, p["request_timeout"])) for u in urls)
+            plan = _router_fleet.membership(urls, p["held"], healthy, rows)
+            report = _router_fleet.membership_report(base, rows, urls, p["held"], healthy)
+            if module.check_mode:
+                module.exit_json(changed=bool(plan["add"] or plan["remove"]), api=api,
+                                 workers_before=rows, workers_after=rows, added=plan["add"],
+                                 removed=plan["remove"], membership=report, elapsed_s=0.0)
+            res = _router.converge(router, plan, p["timeout"], p["interval"], keys)
+            module.exit_json(changed=bool(res["added"] or res["removed"]), api=api,
+                             workers_before=res["before"], workers_after=res["after"],
+                             added=res["added"], removed=res["removed"], membership=report,
+                             elapsed_s=res["elapsed_s"])
         if module.check_mode:
             rows = router.workers()
             listed = set(r["url"] for r in rows)
@@ -264,14 +334,18 @@ def main():
             module.exit_json(changed=bool(res["removed"]), api=api,
                              workers_before=res["before"], workers_after=res["after"],
                              removed=res["removed"], elapsed_s=res["elapsed_s"])
-        res = _router.put_back(router, urls, p["timeout"], p["interval"])
+        res = _router.put_back(router, urls, p["timeout"], p["interval"], keys)
         module.exit_json(changed=bool(res["added"]), api=api, workers_before=res["before"],
                          workers_after=res["after"], added=res["added"],
                          elapsed_s=res["elapsed_s"])
     except _router.RouterError as exc:
-        module.fail_json(msg=str(exc), elapsed_s=round(time.monotonic() - start, 3))
+        module.fail_json(msg=named + str(exc), elapsed_s=round(time.monotonic() - start, 3))
     except OSError as exc:
-        module.fail_json(msg="cannot reach the router at %s: %s" % (p["router_url"], exc),
+        if p["state"] == "converged" and p["unit_path"] and not os.path.exists(p["unit_path"]):
+            module.exit_json(changed=False, skipped_reason="the router is not installed yet (no "
+                             "%s)" % p["unit_path"], membership=[], added=[], removed=[],
+                             elapsed_s=0.0)
+        module.fail_json(msg="%scannot reach the router at %s: %s" % (named, p["router_url"], exc),
                          elapsed_s=round(time.monotonic() - start, 3))
 
 

@@ -49,6 +49,17 @@ def test_journal_skips_a_torn_last_line(tmp_path):
     assert _files.read_lines(str(tmp_path / "none")) == []
 
 
+def test_an_append_after_a_torn_line_is_not_lost(tmp_path):
+    path = str(tmp_path / "j.jsonl")
+    _files.append_line(path, {"n": 1})
+    with open(path, "a") as handle:
+        handle.write('{"n": 2')  # killed mid-write
+    _files.append_line(path, {"n": 3})
+    assert _files.read_lines(path) == [{"n": 1}, {"n": 3}]
+    # the control: glued to the torn line, the record would be lost with it
+    assert '{"n": 2{"n": 3}' not in open(path).read()
+
+
 @pytest.mark.parametrize("algorithm,expected", [
     ("sha256", "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"),
     ("sha1", "aaf4c61ddcc5e8a2dabede0f3b482cd9aea9434d"),

@@ -270,3 +270,26 @@ def test_worker_urls_from_the_inventory():
     hostvars["m1"]["sglang_node_rank"] = 1
     with pytest.raises(r.RouterError, match="m0: the hosts of the server must have"):
         r.worker_urls(["m0"], groups, hostvars)
+
+
+def test_converge_that_empties_the_router_ends_at_once():
+    from ansible_collections.gpufleet.sglang.plugins.module_utils import _router as r
+
+    class One(object):
+        api = "workers"
+        base = "http://r"
+
+        def __init__(self):
+            self.rows = [{"id": "1", "url": "http://a:1", "healthy": False, "status": "ready"}]
+
+        def workers(self):
+            return list(self.rows)
+
+        def remove(self, url, rows=None):
+            self.rows = [x for x in self.rows if x["url"] != url]
+            return True
+
+    t = [0.0]
+    res = r.converge(One(), {"add": [], "remove": ["http://a:1"]}, 30, 1,
+                     clock=lambda: t[0], sleep=lambda s: t.__setitem__(0, t[0] + s))
+    assert res["removed"] == ["http://a:1"] and res["after"] == [] and res["elapsed_s"] == 0

@@ -20,6 +20,7 @@ class Fake:
         self.workers = dict((str(uuid.uuid4()), u) for u in urls)
         self.running = running
         self.calls = []
+        self.keys = {}
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -43,6 +44,7 @@ class Fake:
             def do_POST(self):  # noqa: N802
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 outer.calls.append(("POST", body["url"]))
+                outer.keys[body["url"]] = body.get("api_key")
                 outer.workers[str(uuid.uuid4())] = body["url"]
                 return self._send(202, {"status": "accepted"})
 
@@ -114,3 +116,53 @@ def test_unreachable_router_is_named(run_module):
                                              "urls": ["http://a:1"], "state": "present",
                                              "api": "workers"})
     assert failed and res["msg"].startswith("cannot reach the router at http://127.0.0.1:9")
+
+
+def test_converged_adds_the_healthy_removes_the_down_and_the_held(run_module):
+    fake, other = Fake([]), Fake([])
+    up, held, down = fake.url, other.url, "http://127.0.0.1:9"
+    fake.workers = {"id-down": down, "id-held": held}
+    try:
+        args = {"router_url": fake.url, "urls": [up, held, down], "held": [held],
+                "state": "converged", "interval": 0.05, "request_timeout": 2,
+                "worker_api_keys": {up: "s3cret"}}
+        res, failed = run_module(router_worker, dict(args, _ansible_check_mode=True))
+        assert not failed and res["changed"] and res["added"] == [up]
+        assert sorted(res["removed"]) == sorted([held, down])
+        problems = dict((r["url"], r["problem"]) for r in res["membership"])
+        assert "does not list it" in problems[up] and "held but listed" in problems[held]
+        assert "does not serve" in problems[down]
+        assert sorted(fake.workers.values()) == sorted([down, held])  # check mode: no change
+        res, failed = run_module(router_worker, args)
+        assert not failed and res["changed"] and res["added"] == [up]
+        assert list(fake.workers.values()) == [up]
+        assert fake.keys == {up: "s3cret"}  # the worker's own key goes with the add
+        res, failed = run_module(router_worker, args)
+        assert not failed and not res["changed"]
+        assert [r["problem"] for r in res["membership"]] == ["", "", ""]
+    finally:
+        fake.close()
+        other.close()
+
+
+def test_converged_skips_a_router_not_installed_yet_and_names_an_unreachable_one(run_module, tmp_path):
+    args = {"router_url": "http://127.0.0.1:9", "urls": ["http://a:1"], "state": "converged",
+            "api": "workers", "router_name": "r2", "unit_path": str(tmp_path / "none.service")}
+    res, failed = run_module(router_worker, args)
+    assert not failed and not res["changed"] and "not installed yet" in res["skipped_reason"]
+    (tmp_path / "none.service").write_text("[Unit]\n")
+    res, failed = run_module(router_worker, args)
+    assert failed and res["msg"].startswith("router r2: cannot reach the router at http://127.0.0.1:9")
+
+
+def test_a_refusal_names_the_router_and_the_counts(run_module):
+    fake = Fake(["http://a:1", "http://b:1"])
+    try:
+        res, failed = run_module(router_worker, {
+            "router_url": fake.url, "router_name": "r2", "urls": ["http://a:1", "http://b:1"],
+            "state": "absent", "min_serving": 1, "_ansible_check_mode": True})
+        assert failed and res["msg"].startswith("router r2: refusing this batch")
+        assert "would leave 0 healthy worker(s)" in res["msg"]
+        assert len(fake.workers) == 2
+    finally:
+        fake.close()

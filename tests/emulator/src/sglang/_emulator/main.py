@@ -11,7 +11,7 @@ import traceback
 
 from sglang._emulator import cli, layout as _layout, memory as _memory, rendezvous
 from sglang._emulator import server_args as _server_args
-from sglang._emulator.engine import Engine
+from sglang._emulator.engine import Engine, StepModel
 from sglang._emulator.release import current_release, version_tuple
 from sglang._emulator.state import append_record, log
 
@@ -311,7 +311,9 @@ def _worker_loop(sock, prefix):
 def _serve(release, args, lay, rates, argv, fault, mem=None):
     from sglang._emulator import server as _server
 
-    engine = Engine(rates[0], rates[1], _env_float("SGLANG_EMULATOR_TTFT_MS", 50) / 1000.0)
+    model = StepModel.from_server(release, args, lay, mem, rates,
+                                  _env_float("SGLANG_EMULATOR_TTFT_MS", 50) / 1000.0)
+    engine = Engine(rates[0], rates[1], model.ttft_s, model=model)
     state = _server.State(release, args, lay, engine, rates, list(argv), mem)
     host = args.get("host") or "127.0.0.1"
     port = int(args.get("port") or 30000)

@@ -189,7 +189,18 @@ def _config_path(model_path):
     return path if os.path.isfile(path) else None
 
 
-def plan(release, args, layout):
+def default_max_running_requests(mem, args=None):
+    """``max_running_requests`` when the flag is not given: the 0.5.9 default
+    (``model_executor/model_runner_kv_cache_mixin.py:344-353``) for every release."""
+    args = args or {}
+    if args.get("max_running_requests"):
+        return int(args["max_running_requests"])
+    tokens = mem["max_total_num_tokens"]
+    context_len = mem["context_len"] or 0
+    return min(max(int(tokens / context_len * 512) if context_len else 2048, 2048), 4096)
+
+
+def plan(release, args, layout, gpu_mib=None):
     """Memory plan (a dict) of this start, or None when the model has no config.json.
 
     Raises :class:`Skip` when the capacity model cannot size it (unknown architecture,
@@ -200,7 +211,7 @@ def plan(release, args, layout):
     from sglang._emulator import _vendor  # pylint: disable=import-outside-toplevel
 
     cap = _vendor.load()
-    gpu_mib = gpu_memory_mib()
+    gpu_mib = gpu_memory_mib() if gpu_mib is None else float(gpu_mib)
     tp, pp, ep = layout["tp_size"], layout["pp_size"], layout["ep_size"]
     dp_attention = bool(layout["enable_dp_attention"])
     dp = layout["attn_dp_size"] if dp_attention else layout["dp_size"]
@@ -321,8 +332,7 @@ def log_lines(release, args, mem, phase):
         lines.append("Memory pool end. avail mem=%.2f GB" % avail)
         return lines
     context_len = mem["context_len"] or 0
-    max_reqs = args.get("max_running_requests") or min(
-        max(int(tokens / context_len * 512) if context_len else 2048, 2048), 4096)
+    max_reqs = default_max_running_requests(mem, args)
     line = ("max_total_num_tokens=%d, chunked_prefill_size=%s, max_prefill_tokens=%s, "
             "max_running_requests=%d, context_len=%s"
             % (tokens, args.get("chunked_prefill_size") or _default_chunked_prefill(

@@ -126,6 +126,7 @@ class State:
                                 if self.memory else None),
             "emulator_rates": {"single": self.rates[0], "ceiling": self.rates[1],
                                "source": self.rates[2]},
+            "emulator_engine": self.engine.model.describe(),
         })
         return info
 
@@ -153,9 +154,10 @@ class State:
 
         Names and help texts are SGLang's (``srt/metrics/collector.py``; 0.5.9:
         ``SchedulerMetricsCollector`` l.306-359, ``TokenizerMetricsCollector`` l.1104-1177).
-        ``num_running_reqs`` is the requests in flight; the emulator has no waiting queue,
-        so ``num_queue_reqs`` is 0; ``gen_throughput`` is the tokens of the last 5 s per
-        second.
+        ``num_running_reqs`` is the requests admitted to the running batch,
+        ``num_queue_reqs`` those waiting for admission (``--max-running-requests`` or the KV
+        pool full, see ``engine.Scheduler``); ``gen_throughput`` is the tokens of the last
+        5 s per second.
         """
         e = self.engine
         gen_throughput = e.gen_throughput()
@@ -165,7 +167,7 @@ class State:
             ("sglang:gen_throughput", "gauge", "The generation throughput (token/s).", True,
              gen_throughput),
             ("sglang:num_queue_reqs", "gauge", "The number of requests in the waiting queue.",
-             True, 0),
+             True, e.queued),
             ("sglang:prompt_tokens_total", "counter", "Number of prefill tokens processed.",
              False, e.prompt_tokens_total),
             ("sglang:generation_tokens_total", "counter",
@@ -550,7 +552,7 @@ def graceful_exit(state, exit_now, poll_seconds):
             if os.environ.get("SGL_FORCE_SHUTDOWN", "").lower() in ("1", "true", "yes"):
                 log("Signal SIGTERM received while force shutdown flag set. Force exiting.")
                 break
-            remaining = state.engine.active
+            remaining = state.engine.in_flight
             log("Gracefully exiting... Remaining number of requests %d." % remaining)
             if remaining <= 0:
                 break

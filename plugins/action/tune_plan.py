@@ -1,0 +1,66 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.sglang contributors
+# MIT License (see LICENSE)
+"""Action plugin of gpufleet.sglang.tune_plan: the space and the next round, on the controller."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.gpufleet.sglang.plugins.module_utils.tune import plan as _plan
+from ansible_collections.gpufleet.sglang.plugins.module_utils.tune import space as _space
+
+ARGUMENT_SPEC = dict(
+    mode=dict(type="str", choices=["expand", "next"], required=True),
+    space=dict(type="dict"),
+    release=dict(type="str"),
+    flags=dict(type="dict"),
+    candidates=dict(type="list", elements="dict"),
+    preflight=dict(type="raw"),
+    journal=dict(type="path"),
+    model_commit=dict(type="str", default=""),
+    load=dict(type="dict", default={}),
+    hosts=dict(type="list", elements="raw"),
+    budget=dict(type="int", default=0),
+    method=dict(type="str", choices=["auto", "exhaustive", "coordinate"], default="auto"),
+    slo=dict(type="dict", default={}),
+    require_gate=dict(type="bool", default=True),
+)
+
+
+class ActionModule(ActionBase):
+    """Expand the search space, or plan the next round of trials."""
+
+    TRANSFERS_FILES = False
+    _requires_connection = False
+
+    def run(self, tmp=None, task_vars=None):
+        result = super(ActionModule, self).run(tmp, task_vars or {})
+        _valid, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        result["changed"] = False
+        if args["mode"] == "expand":
+            try:
+                space = _space.expand(args["space"], args["flags"], args["release"])
+            except _space.SpaceError as exc:
+                result.update(failed=True, problems=exc.problems,
+                              msg="tune_space is not valid for sglang %s:\n- %s"
+                              % (args["release"] or "(unknown release)", "\n- ".join(exc.problems)))
+                return result
+            result.update(candidates=space["candidates"], knobs=space["knobs"],
+                          strategies=space["strategies"], space_size=len(space["candidates"]))
+            return result
+        knobs = None
+        if isinstance(args["space"], dict) and isinstance(args["space"].get("knobs"), dict):
+            knobs = ["--" + k.lstrip("-").replace("_", "-") for k in args["space"]["knobs"]]
+        try:
+            out = _plan.next_round(args["candidates"] or [], knobs, args["preflight"],
+                                   args["journal"], args["hosts"], args["budget"], args["method"],
+                                   args["slo"], args["release"], args["model_commit"],
+                                   args["load"], args["require_gate"])
+        except _plan.PlanError as exc:
+            result.update(failed=True, msg=str(exc))
+            return result
+        result.update(out)
+        return result

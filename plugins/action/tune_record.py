@@ -1,0 +1,50 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.sglang contributors
+# MIT License (see LICENSE)
+"""Action plugin of gpufleet.sglang.tune_record: one trial appended to the journal."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.gpufleet.sglang.plugins.module_utils.tune import metrics as _metrics
+from ansible_collections.gpufleet.sglang.plugins.module_utils.tune import plan as _plan
+
+ARGUMENT_SPEC = dict(
+    journal=dict(type="path", required=True),
+    candidate=dict(type="dict", required=True),
+    host=dict(type="str", required=True),
+    runs=dict(type="list", elements="dict", default=[]),
+    status=dict(type="str", choices=["ok", "failed"], default="ok"),
+    reason=dict(type="str", default=""),
+    wall_s=dict(type="float"),
+    load=dict(type="dict", default={}),
+    slo=dict(type="dict", default={}),
+)
+
+
+class ActionModule(ActionBase):
+    """Append one trial to the journal on the controller."""
+
+    TRANSFERS_FILES = False
+    _requires_connection = False
+
+    def run(self, tmp=None, task_vars=None):
+        result = super(ActionModule, self).run(tmp, task_vars or {})
+        _valid, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        parent = os.path.dirname(args["journal"])
+        if parent and not os.path.isdir(parent) and not self._task.check_mode:
+            os.makedirs(parent)
+        try:
+            out = _plan.record(args["journal"], args["candidate"], args["host"], args["runs"],
+                               args["status"], args["reason"], args["wall_s"], args["load"],
+                               args["slo"], check_mode=self._task.check_mode)
+        except (_plan.PlanError, _metrics.SloError) as exc:
+            result.update(failed=True, changed=False, msg=str(exc))
+            return result
+        result.update(out)
+        return result

@@ -1,0 +1,166 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.sglang contributors
+# MIT License (see LICENSE)
+#
+# This module util is PRIVATE to the gpufleet.sglang collection. It may change
+# without notice; do not use it from outside the collection.
+"""``tune_plan mode: next`` and ``tune_record`` as plain functions: verdicts, fingerprints,
+the journal and the search put together (the action plugins only pass values)."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type  # pylint: disable=invalid-name
+
+from ansible_collections.gpufleet.sglang.plugins.module_utils.tune import journal as _journal
+from ansible_collections.gpufleet.sglang.plugins.module_utils.tune import metrics as _metrics
+from ansible_collections.gpufleet.sglang.plugins.module_utils.tune import search as _search
+from ansible_collections.gpufleet.sglang.plugins.module_utils.tune import verdict as _verdict
+
+
+class PlanError(ValueError):
+    pass
+
+
+def units_of(hosts):
+    """Trial units: each a list of host names (rank 0 first)."""
+    units, seen, problems = [], set(), []
+    for entry in hosts or []:
+        members = [entry] if isinstance(entry, str) else list(entry or [])
+        if not members or not all(isinstance(m, str) and m for m in members):
+            problems.append("hosts: %r is neither a host name nor a list of host names" % (entry,))
+            continue
+        dup = [m for m in members if m in seen]
+        if dup:
+            problems.append("hosts: %s listed twice" % ", ".join(dup))
+            continue
+        seen.update(members)
+        units.append(members)
+    if not units and not problems:
+        problems.append("hosts: no trial host given")
+    return units, problems
+
+
+def judge_all(candidates, preflight, release=None, model_commit="", load=None, require_gate=True):
+    """Every candidate with its verdict and, when admissible, its fingerprint."""
+    results = _verdict.by_candidate(preflight, candidates)
+    out = []
+    for cand in candidates:
+        cand = dict(cand)
+        res = results.get(cand["id"])
+        verdict = _verdict.judge(cand, res, release, require_gate)
+        cand.update(verdict=verdict["verdict"], reason=verdict["reason"], changes=verdict["changes"])
+        if isinstance(res, dict) and not _verdict.preflight_failed(res):
+            gpus = res.get("gpus") or {}
+            layout = res.get("layout") or {}
+            version = res.get("version") or release
+            # the GPUs of every host of the server (a multi-node layout names its nnodes)
+            count = int(gpus.get("count") or 0) * max(int(layout.get("nnodes") or 1), 1)
+            used = int(layout.get("gpus") or 0) or count
+            cand.update(release=version, model_commit=model_commit or "", argv=res.get("argv") or [],
+                        gpus={"name": gpus.get("name"), "count": count, "used": used},
+                        load=_journal.load_key(load))
+            if cand["verdict"] == _verdict.OK:
+                cand["fingerprint"] = _journal.fingerprint(version, model_commit, gpus.get("name"),
+                                                           count, cand["argv"], load)
+        out.append(cand)
+    return out
+
+
+def measured_of(candidates, trials, slo):
+    """``{id: {status, points, score, trial}}`` of candidates whose fingerprint is journaled."""
+    out = {}
+    for cand in candidates:
+        line = trials.get(cand.get("fingerprint") or "")
+        if line is None:
+            continue
+        gpus = (line.get("gpus") or {}).get("used") or (cand.get("gpus") or {}).get("used")
+        points = _metrics.trial(line.get("runs") or [], gpus, slo)
+        status = line.get("status") or "failed"
+        out[cand["id"]] = {"status": status, "points": points,
+                           "score": _metrics.score(points, status), "trial": line}
+    return out
+
+
+def next_round(candidates, knobs, preflight, journal_path, hosts, budget=0, method="auto", slo=None,
+               release=None, model_commit="", load=None, require_gate=True):
+    """The result of ``tune_plan mode: next`` (see its RETURN)."""
+    problems = []
+    units, unit_problems = units_of(hosts)
+    problems.extend(unit_problems)
+    try:
+        slo = _metrics.check_slo(slo)
+    except _metrics.SloError as exc:
+        problems.append(str(exc))
+    try:
+        budget = int(budget or 0)
+        if budget < 0:
+            raise ValueError
+    except (TypeError, ValueError):
+        problems.append("tune_budget must be a number of trials (0 for no limit), got %r" % (budget,))
+    if method not in _search.METHODS:
+        problems.append("tune_method must be one of %s, got %r" % (", ".join(_search.METHODS), method))
+    if not candidates:
+        problems.append("candidates: none given (the result of tune_plan mode: expand)")
+    if problems:
+        raise PlanError("; ".join(problems))
+    judged = judge_all(candidates, preflight, release, model_commit, load, require_gate)
+    if not knobs:
+        knobs = []
+        for cand in judged:
+            for k in cand.get("index") or {}:
+                if k not in knobs:
+                    knobs.append(k)
+    trials = _journal.read(journal_path)
+    measured = measured_of(judged, trials, slo)
+    result = _search.plan(judged, knobs, measured, units, budget, method)
+    assignment = {}
+    for unit, pick in zip(units, result["picks"]):
+        for host in unit:
+            assignment[host] = pick
+    left = dict((e["id"], e["reason"]) for e in result["left_out"])
+    chosen = set(result["assigned_ids"])
+    for cand in judged:
+        if cand["verdict"] != _verdict.OK:
+            cand["state"] = "refused"
+        elif cand["id"] in measured:
+            cand["state"] = "measured"
+        elif cand["id"] in chosen:
+            cand["state"] = "assigned"
+        elif cand["id"] in left:
+            cand["state"] = "left_out"
+        else:
+            cand["state"] = "pending"
+    refused = [dict((k, c.get(k)) for k in ("id", "strategy", "extra_args", "verdict", "reason"))
+               for c in judged if c["verdict"] != _verdict.OK]
+    return {
+        "candidates": judged, "knobs": list(knobs), "space_size": len(judged),
+        "assignment": assignment, "done": not chosen, "method": result["method"],
+        "phase": result["phase"], "left_out": result["left_out"], "refused": refused,
+        "measured": result["measured"], "budget_left": result["budget_left"],
+        "best": result["best"], "rounds_left": result["rounds_left"], "slo": slo,
+    }
+
+
+def record(journal_path, candidate, host, runs, status="ok", reason="", wall_s=None, load=None,
+           slo=None, check_mode=False, when=None):
+    """The result of ``tune_record``: the line, its metrics and goodput; appended unless
+    the fingerprint is already journaled (or in check mode)."""
+    if not isinstance(candidate, dict) or not candidate.get("fingerprint"):
+        raise PlanError("candidate must be an entry of tune_plan's assignment (with its "
+                        "fingerprint), got %r" % (candidate,))
+    if status not in ("ok", "failed"):
+        raise PlanError("status must be ok or failed, got %r" % (status,))
+    slo = _metrics.check_slo(slo)
+    used = (candidate.get("gpus") or {}).get("used")
+    points = _metrics.trial(runs, used, slo)
+    if status == "ok" and not runs:
+        status, reason = "failed", reason or "no benchmark result"
+    line = _journal.trial_record(candidate, host, status, reason, runs,
+                                 [dict((k, v) for k, v in p.items() if k != "meets_slo") for p in points],
+                                 load or candidate.get("load"), wall_s, when)
+    appended = False
+    if not check_mode:
+        appended = _journal.append(journal_path, line)
+    value, _best = _metrics.goodput(points, status)
+    return {"record": line, "metrics": points, "goodput": value, "appended": appended,
+            "changed": appended}

@@ -1,0 +1,134 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.sglang contributors
+# MIT License (see LICENSE)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: tune_record
+short_description: Append one measured (or failed) tune trial to the journal on the controller
+version_added: 0.3.0
+author: gpufleet developers (@gpufleet)
+description:
+  - Runs on the controller only (an action plugin). Appends one JSON line to O(journal) for
+    one trial - one candidate on one host (or multi-node group) over its whole concurrency
+    sweep - with the candidate's fingerprint, so that M(gpufleet.sglang.tune_plan) never
+    assigns it again. The line format is in C(docs/tune.md).
+  - The metrics of each concurrency (output tok/s per GPU, tok/s per user = 1000 / TPOT,
+    TTFT / TPOT / ITL p50 and p99, failed requests) are computed from O(runs) and stored in
+    the line; a trial with failed requests, or with O(status=failed), never wins.
+  - The append is fsynced; a kill can tear at most the last line, which readers skip.
+  - A trial whose fingerprint is already in the journal is not appended again (C(changed)
+    is false).
+extends_documentation_fragment:
+  - gpufleet.sglang._attributes
+attributes:
+  check_mode:
+    support: full
+    details: In check mode nothing is appended; RV(record) shows the line.
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+    details: The same fingerprint is appended once.
+  action:
+    description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
+    support: full
+options:
+  journal:
+    description: The trial journal (JSON lines); its directory is created when missing.
+    type: path
+    required: true
+  candidate:
+    description:
+      - The candidate of this host, as RV(gpufleet.sglang.tune_plan#module:assignment) gives it
+        (C(id), C(strategy), C(extra_args), C(fingerprint), C(argv), C(gpus)). C(fingerprint)
+        is required.
+    type: dict
+    required: true
+  host:
+    description: The trial host (rank 0 of a multi-node group).
+    type: str
+    required: true
+  runs:
+    description:
+      - The benchmark results of the sweep, one per concurrency, as the
+        P(gpufleet.sglang.bench_parse#filter) filter returns them (the benchmark role's
+        C(benchmark_results)).
+    type: list
+    elements: dict
+    default: []
+  status:
+    description:
+      - V(ok) when the candidate was deployed and measured; V(failed) when its deploy or its
+        benchmark failed (O(reason) says why). A failed trial is journaled too, so it is not
+        loaded again, and it never wins.
+    type: str
+    choices: [ok, failed]
+    default: ok
+  reason:
+    description: Why the trial failed (O(status=failed)).
+    type: str
+    default: ''
+  wall_s:
+    description: Seconds the trial took (deploy and sweep), for the report.
+    type: float
+  load:
+    description: The load shape of the sweep (C(tune_load)), recorded with the trial.
+    type: dict
+    default: {}
+  slo:
+    description: C(tune_slo) (C(ttft_p99_ms), C(tpot_p99_ms)); only for RV(goodput).
+    type: dict
+    default: {}
+seealso:
+  - module: gpufleet.sglang.tune_plan
+  - module: gpufleet.sglang.tune_report
+"""
+
+EXAMPLES = r"""
+- name: Journal the trial
+  gpufleet.sglang.tune_record:
+    journal: "{{ tune_journal }}"
+    candidate: "{{ tune_round.assignment[inventory_hostname] }}"
+    host: "{{ inventory_hostname }}"
+    runs: "{{ benchmark_results }}"
+    load: "{{ tune_load }}"
+    slo: "{{ tune_slo }}"
+  delegate_to: localhost
+
+- name: Journal a candidate that did not come up
+  gpufleet.sglang.tune_record:
+    journal: "{{ tune_journal }}"
+    candidate: "{{ tune_round.assignment[inventory_hostname] }}"
+    host: "{{ inventory_hostname }}"
+    status: failed
+    reason: "{{ ansible_failed_result.msg | default('failed') }}"
+  delegate_to: localhost
+"""
+
+RETURN = r"""
+record:
+  description: The journal line (see C(docs/tune.md)).
+  returned: always
+  type: dict
+metrics:
+  description:
+    - One entry per concurrency, C(concurrency), C(output_tok_s), C(output_tok_s_per_gpu),
+      C(tok_s_per_user), C(ttft_p50_ms), C(ttft_p99_ms), C(tpot_p50_ms), C(tpot_p99_ms),
+      C(itl_p50_ms), C(itl_p99_ms), C(failed), C(meets_slo).
+  returned: always
+  type: list
+  elements: dict
+goodput:
+  description: Highest output tok/s per GPU that meets O(slo) with no failed request; V(null) when none does.
+  returned: always
+  type: float
+appended:
+  description: Whether the line was appended (false when the fingerprint was already there).
+  returned: always
+  type: bool
+"""
