@@ -23,23 +23,38 @@ __metaclass__ = type
 import math
 
 
-def plan(hosts, verified=(), seeds=None):
+def plan(hosts, verified=(), seeds=None, engine=None, addresses=None):
     """The fan-out plan.
 
     ``hosts`` maps host -> site (in inventory order); ``verified`` is the hosts that hold a
     verified copy already; ``seeds`` maps site -> the host that should download (default:
-    the site's first host). Returns ``{"hub": [hosts that download from the Hub],
-    "rounds": [{target: source}, ...], "sites": {site: [hosts]}}``.
+    the site's first host); ``engine`` is the hosts where the swarm engine (libtorrent) is
+    installed (None: no swarm, doubling rounds only); ``addresses`` maps host -> LAN address.
+
+    Returns ``{"hub": [hosts that download from the Hub], "swarm": {host: {"role": seed,
+    holder or peer, "feeder": the host whose records it takes, "peers": [the addresses of
+    the site's swarm hosts]}}, "rounds": [{target: source}, ...], "sites": {site: [hosts]},
+    "fallback": [hosts that need a copy and lack the engine]}``.
+
+    A site swarms when its feeder (the seed that downloads, or a verified host) has the
+    engine: every engine host of the site takes part, verified ones serve. The hosts
+    without the engine then get their copy in doubling rounds from the swarm's hosts (all
+    verified by then); a site whose feeder lacks the engine uses rounds only.
     """
     seeds = dict(seeds or {})
     verified = set(verified)
+    engine = set(engine or ())
+    addresses = dict(addresses or {})
     sites = {}
     for host, site in hosts.items():
         sites.setdefault(site, []).append(host)
     hub = []
+    swarm = {}
+    fallback = []
     per_site_rounds = []
     for site, members in sites.items():
         have = [h for h in members if h in verified]
+        seed = None
         if not have:
             seed = seeds.get(site) or members[0]
             if seed not in members:
@@ -47,7 +62,17 @@ def plan(hosts, verified=(), seeds=None):
                                  % (seed, site, ", ".join(members)))
             hub.append(seed)
             have = [seed]
+        feeder = seed or next((h for h in have if h in engine), None)
         need = [h for h in members if h not in have]
+        swarmers = [h for h in members if h in engine]
+        if feeder in engine and [h for h in need if h in engine]:
+            peers = [addresses.get(h, h) for h in swarmers]
+            for host in swarmers:
+                role = "seed" if host == seed else "holder" if host in have else "peer"
+                swarm[host] = {"role": role, "feeder": feeder, "peers": peers}
+            have = have + [h for h in swarmers if h not in have]
+            need = [h for h in need if h not in swarmers]
+        fallback.extend(h for h in need if h not in engine)
         rounds = []
         while need:
             pairs = {}
@@ -67,7 +92,34 @@ def plan(hosts, verified=(), seeds=None):
             if index < len(rounds):
                 pairs.update(rounds[index])
         merged.append(pairs)
-    return {"hub": hub, "rounds": merged, "sites": sites}
+    return {"hub": hub, "swarm": swarm, "rounds": merged, "sites": sites,
+            "fallback": fallback if engine else []}
+
+
+def fleet_inputs(play_hosts, hostvars):
+    """The plan's inputs from each host's facts (what the model role published):
+    ``__model_site``, ``__model_address``, ``__model_is_seed``, ``__model_check``
+    (its ``verified``) and ``__model_engine`` (the engine's version, empty without it).
+    Returns (hosts, verified, seeds, engine, addresses)."""
+    hosts, verified, seeds, engine, addresses = {}, [], {}, [], {}
+    for host in play_hosts:
+        facts = hostvars[host]
+        site = str(facts.get("__model_site", "default"))
+        hosts[host] = site
+        addresses[host] = str(facts.get("__model_address") or host)
+        if (facts.get("__model_check") or {}).get("verified"):
+            verified.append(host)
+        if _truthy(facts.get("__model_is_seed")) and site not in seeds:
+            seeds[site] = host
+        if facts.get("__model_engine"):
+            engine.append(host)
+    return hosts, verified, seeds, engine, addresses
+
+
+def _truthy(value):
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    return bool(value)
 
 
 def rounds_needed(hosts, sources=1):
