@@ -34,7 +34,8 @@ def plan(hosts, verified=(), seeds=None, engine=None, addresses=None):
     Returns ``{"hub": [hosts that download from the Hub], "swarm": {host: {"role": seed,
     holder or peer, "feeder": the host whose records it takes, "peers": [the addresses of
     the site's swarm hosts]}}, "rounds": [{target: source}, ...], "sites": {site: [hosts]},
-    "fallback": [hosts that need a copy and lack the engine]}``.
+    "fallback": [the hosts whose missing engine makes their site use rounds: a seed or
+    verified source without it, hosts that need a copy without it]}``.
 
     A site swarms when its feeder (the seed that downloads, or a verified host) has the
     engine: every engine host of the site takes part, verified ones serve. The hosts
@@ -65,6 +66,8 @@ def plan(hosts, verified=(), seeds=None, engine=None, addresses=None):
         feeder = seed or next((h for h in have if h in engine), None)
         need = [h for h in members if h not in have]
         swarmers = [h for h in members if h in engine]
+        if need and feeder not in engine:
+            fallback.append(feeder)  # the site cannot swarm: its source lacks the engine
         if feeder in engine and [h for h in need if h in engine]:
             peers = [addresses.get(h, h) for h in swarmers]
             for host in swarmers:
@@ -72,7 +75,7 @@ def plan(hosts, verified=(), seeds=None, engine=None, addresses=None):
                 swarm[host] = {"role": role, "feeder": feeder, "peers": peers}
             have = have + [h for h in swarmers if h not in have]
             need = [h for h in need if h not in swarmers]
-        fallback.extend(h for h in need if h not in engine)
+        fallback.extend(h for h in need if h not in engine and h not in fallback)
         rounds = []
         while need:
             pairs = {}
