@@ -35,7 +35,8 @@ def plan(hosts, verified=(), seeds=None, engine=None, addresses=None):
     holder or peer, "feeder": the host whose records it takes, "peers": [the addresses of
     the site's swarm hosts]}}, "rounds": [{target: source}, ...], "sites": {site: [hosts]},
     "fallback": [the hosts whose missing engine makes their site use rounds: a seed or
-    verified source without it, hosts that need a copy without it]}``.
+    verified source without it, hosts that need a copy without it], "site_addresses":
+    {site: [LAN addresses]} (the rsync daemons' ``hosts allow``)}``.
 
     A site swarms when its feeder (the seed that downloads, or a verified host) has the
     engine: every engine host of the site takes part, verified ones serve. The hosts
@@ -96,7 +97,9 @@ def plan(hosts, verified=(), seeds=None, engine=None, addresses=None):
                 pairs.update(rounds[index])
         merged.append(pairs)
     return {"hub": hub, "swarm": swarm, "rounds": merged, "sites": sites,
-            "fallback": fallback if engine else []}
+            "fallback": fallback if engine else [],
+            "site_addresses": dict((site, [addresses.get(h, h) for h in members])
+                                   for site, members in sites.items())}
 
 
 def fleet_inputs(play_hosts, hostvars):
@@ -135,7 +138,8 @@ def rounds_needed(hosts, sources=1):
     return rounds
 
 
-def placement_time(size, hosts, wan_bps, lan_bps, mode="doubling", sites=1, hash_bps=None):
+def placement_time(size, hosts, wan_bps, lan_bps, mode="doubling", sites=1, hash_bps=None,
+                   file_bytes=None, efficiency=1.0, piece_bytes=None):
     """Seconds to place ``size`` bytes on ``hosts`` hosts (split evenly over ``sites``).
 
     ``hash_bps``: the rate one host verifies at (all its cores; about 150 MiB/s a core
@@ -148,6 +152,14 @@ def placement_time(size, hosts, wan_bps, lan_bps, mode="doubling", sites=1, hash
     - ``doubling``: one download per site over the WAN, then ``ceil(log2(hosts_per_site))``
       rounds of whole-copy transfers at LAN speed (one sender per receiver per round).
       Without pipelining: a host serves only once it holds a verified copy.
+    - ``swarm``: the seed downloads once at ``min(wan, lan)`` (and no faster than it hashes:
+      it hashes while it writes); each file is served as soon as the seed verified it, and
+      every host forwards the pieces it holds, so the LAN fan-out of a file overlaps the
+      download of the next. What is left after the last file (``file_bytes``, default the
+      whole size) is that file's spread: ``file_bytes / lan`` at the engine's
+      ``efficiency`` (its share of the line rate), plus one piece per doubling of the hosts
+      (the depth of the piece relay: ``ceil(log2(hosts)) * piece_bytes / lan``). Peers
+      verify pieces as they arrive, so no verification term is added for them.
     """
     per_site = int(math.ceil(hosts / float(sites)))
     verify = size / hash_bps if hash_bps else 0.0
@@ -156,7 +168,22 @@ def placement_time(size, hosts, wan_bps, lan_bps, mode="doubling", sites=1, hash
     if mode == "doubling":
         return (size / min(wan_bps, lan_bps) + verify
                 + rounds_needed(per_site) * (size / lan_bps + verify))
-    raise ValueError("mode %r: expected hub or doubling" % mode)
+    if mode == "swarm":
+        seed_bps = min(wan_bps, lan_bps, hash_bps or wan_bps)
+        last = size if file_bytes is None else min(file_bytes, size)
+        piece = piece_bytes or _piece_length(last)
+        if per_site <= 1:
+            return size / seed_bps
+        return (size / seed_bps + last / (lan_bps * efficiency)
+                + rounds_needed(per_site) * piece / lan_bps)
+    raise ValueError("mode %r: expected hub, doubling or swarm" % mode)
+
+
+def _piece_length(size):
+    length = 16 * 1024
+    while length < 16 * 1024 * 1024 and length * 1024 < size:
+        length *= 2
+    return length
 
 
 def figures(size, host_counts, wan_bps, lan_bps, hash_bps=None):

@@ -221,6 +221,21 @@ def against(rec, how):
         rec["algo"], rec["digest"])
 
 
+def process_io(path="/proc/self/io"):
+    """This process's I/O counters (``read_bytes``: from the block device; ``rchar``: what
+    its read calls returned, page cache included); {} where the file is missing."""
+    out = {}
+    try:
+        with open(path) as handle:
+            for line in handle:
+                key, _sep, value = line.partition(":")
+                if value.strip().isdigit():
+                    out[key.strip()] = int(value)
+    except OSError:
+        return {}
+    return out
+
+
 # --- the engine -------------------------------------------------------------------------
 
 def import_engine(extra_paths=SYSTEM_PATHS):

@@ -110,6 +110,8 @@ class Step(object):
                 continue
             rec = kept.get(path)
             if not rec or rec.get("digest") != entry["digest"]:
+                if self.role == "peer":
+                    continue  # a peer serves only what it holds records for
                 rec = own_record(self.base, entry, self.host)
                 self.result["bytes_hashed"] += entry["size"]
                 self.result["bytes_read_to_hash"] += entry["size"]
@@ -117,6 +119,7 @@ class Step(object):
                 self._publish(rec)
             else:
                 self.records[path] = rec
+                self.swarm.add(rec, os.path.dirname(os.path.join(self.base, path)), seed=True)
 
     def zero_sized(self):
         for entry in self.manifest:
@@ -161,6 +164,16 @@ class Step(object):
             self.against[item["path"]] = _swarm.against(rec, "hub")
             self.result["bytes_hashed"] += item["size"]
             self._publish(rec)
+        if items:
+            self.keep()
+
+    def keep(self):
+        """The staging marker after each verified file: a killed run keeps them (the next
+        one neither fetches nor hashes them again)."""
+        if self.role != "holder":
+            _model.write_marker(self.base, self.p["repo_id"], self.p["commit"], self.good,
+                                self.against)
+            save_pieces(self.base, self.records)
 
     # --- the peer's inbox ----------------------------------------------------------
     def read_inbox(self):
@@ -183,6 +196,7 @@ class Step(object):
         """Files libtorrent finished (every piece checked as it arrived)."""
         state = self.swarm.state()
         in_flight = 0
+        before = len(self.good)
         for path, (finished, done, _payload, _total) in state.items():
             if path in self.good:
                 continue
@@ -193,6 +207,8 @@ class Step(object):
                 self.result["transferred"].append(path)
             else:
                 in_flight += done
+        if len(self.good) > before:
+            self.keep()
         errors = self.swarm.errors()
         if errors:
             raise _model.ModelError("the swarm engine reported: %s" % "; ".join(

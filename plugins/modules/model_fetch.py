@@ -34,7 +34,7 @@ description:
   - From the Hub, each file is hashed while it is written (the manifest digest and the
     BitTorrent piece hashes from the same bytes); it is not read back to be hashed.
   - With O(swarm), the host takes part in the site's BitTorrent swarm (libtorrent, in this
-    process only, for as long as the step runs): the seed publishes each file's piece
+    process only, for as long as the step runs); the seed publishes each file's piece
     hashes to O(swarm.published) as soon as it verified the file and serves it at once; a
     holder (a host verified already) serves its copy; a peer adds the records the
     controller appends to O(swarm.inbox) and libtorrent checks every piece as it arrives.
@@ -169,6 +169,10 @@ bytes_served:
   description: Bytes this host sent to the site's other hosts (swarm).
   type: int
   returned: always
+io:
+  description: This process's I/O counters at the end (C(/proc/self/io)), e.g. C(read_bytes), C(rchar).
+  type: dict
+  returned: when the copy was placed
 engine:
   description: The swarm engine and its version (empty without O(swarm)); with O(space_only), the engine this interpreter can import.
   type: str
@@ -273,6 +277,7 @@ def finish(module, p, staging, manifest, good, against, result, records, started
     shutil.rmtree(os.path.join(staging, ".cache"), ignore_errors=True)
     _model.place(staging, p["path"])
     result["elapsed"] = time.time() - started
+    result["io"] = _swarm.process_io()
     _model.write_json(_model.last_fetch_path(p["path"]),
                       dict(result, source=p["source"], peer=p["peer"], commit=p["commit"],
                            finished_at=time.time()))
@@ -295,6 +300,7 @@ def run_swarm(module, p, staging, manifest, good, missing, result, started):
         if step.records:
             _files.write_json(os.path.join(staging, _model.PIECES), step.records)
         result["elapsed"] = time.time() - started
+        result["io"] = _swarm.process_io()
         module.exit_json(**result)
     if not complete:
         _model.write_marker(staging, p["repo_id"], p["commit"], step.good, step.against)

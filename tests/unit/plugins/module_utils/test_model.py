@@ -72,7 +72,8 @@ def test_plan_per_site_and_verified_hosts_skip_the_hub():
         _fanout.plan(hosts, seeds={"west": "a1"})
     assert _fanout.plan({"x": "s"}, verified=["x"]) == {"hub": [], "rounds": [],
                                                         "sites": {"s": ["x"]},
-                                                        "swarm": {}, "fallback": []}
+                                                        "swarm": {}, "fallback": [],
+                                                        "site_addresses": {"s": ["x"]}}
 
 
 def test_rounds_needed_and_placement_time():

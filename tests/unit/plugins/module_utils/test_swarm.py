@@ -110,6 +110,7 @@ def test_plan_swarms_every_engine_host_and_rounds_the_rest():
     # a4 lacks the engine: one round from a swarm host, which is verified by then
     assert plan["rounds"] == [{"a4": "a1"}]
     assert plan["fallback"] == ["a4"]
+    assert plan["site_addresses"]["west"] == ["10.0.2.1", "10.0.2.2"]
 
 
 def test_plan_a_verified_engine_host_feeds_without_the_hub():
@@ -142,3 +143,28 @@ def test_fleet_inputs_from_the_hosts_facts():
     assert hosts == {"a": "s", "b": "s", "c": "t"}
     assert verified == ["b"] and seeds == {"s": "b"} and engine == ["a"]
     assert addresses == {"a": "10.0.0.1", "b": "10.0.0.2", "c": "c"}
+
+
+def test_swarm_model_is_one_download_plus_the_last_file_whatever_the_hosts():
+    size, wan, lan = 548e9, 1.25e9, 12.5e9
+    shard = size / 64
+    one = _fanout.placement_time(size, 1, wan, lan, "swarm")
+    assert one == pytest.approx(size / wan)
+    for hosts in (16, 256, 1024):
+        swarm = _fanout.placement_time(size, hosts, wan, lan, "swarm", file_bytes=shard,
+                                       efficiency=0.5)
+        tail = shard / (lan * 0.5) + _fanout.rounds_needed(hosts) * 8 * 1024 * 1024 / lan
+        assert swarm == pytest.approx(size / wan + tail)
+        # against its control, doubling rounds on the same links
+        assert _fanout.placement_time(size, hosts, wan, lan, "doubling") > swarm + 3 * size / lan
+    # links of one speed (the test bed): 8 hosts need 4 copy times by doubling, ~1 swarming
+    rate = 16 * 2 ** 20
+    repo = 256 * 2 ** 20
+    assert _fanout.placement_time(repo, 8, rate, rate, "doubling") == pytest.approx(4 * repo / rate)
+    assert _fanout.placement_time(repo, 8, rate, rate, "swarm", file_bytes=repo / 8,
+                                  efficiency=0.5) < 1.3 * repo / rate
+    # the seed hashes while it writes: a slow hash caps the seed's rate
+    assert _fanout.placement_time(size, 16, wan, lan, "swarm", hash_bps=0.5e9,
+                                  file_bytes=shard) > size / 0.5e9
+    with pytest.raises(ValueError):
+        _fanout.placement_time(size, 16, wan, lan, "chain")
