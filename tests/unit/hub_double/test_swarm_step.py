@@ -33,7 +33,7 @@ def result():
                 bytes_served=0, transferred=[], removed=[])
 
 
-def relay(seed_p, peers_p, stop_when, timeout=60):
+def relay(seed_p, peers_p, stop_when, timeout=60, others=()):
     """What the role's wave.yml does: the feeder's published records to the peers' inboxes,
     then the stop once every host is complete."""
     handed = 0
@@ -49,7 +49,7 @@ def relay(seed_p, peers_p, stop_when, timeout=60):
         if stop_when():
             break
         time.sleep(0.1)
-    for p in [seed_p] + peers_p:
+    for p in [seed_p] + list(peers_p) + list(others):
         _files.append_line(p["swarm"]["inbox"], {"session": p["swarm"]["session"], "stop": True})
 
 
@@ -115,3 +115,53 @@ def test_a_record_that_does_not_match_the_manifest_is_refused(hub):
     assert "does not match its pieces" in str(refused.value)
     with pytest.raises(_swarm.SwarmError):
         _swarm.check_record(dict(rec, digest="0" * 64), by_path)
+
+
+def test_holders_repair_a_truncated_shard_with_no_hub_byte(hub, tmp_path):
+    """Two verified hosts serve (holders, from their kept records); the third lost the end of
+    a shard: it keeps the pieces it holds (libtorrent checks them) and receives the rest."""
+    commit, manifest, _xet = _model_hub.resolve(hub.endpoint, REPO_ID, "main")
+    port = 18000 + os.getpid() % 1000
+    bases = [str(tmp_path / ("h%d" % i)) for i in range(3)]
+    for base in bases:
+        os.makedirs(base)
+    # place a verified copy on hosts 0 and 1 the way a seed does (hashing while writing)
+    _resumed, _removed, hashed = _model_hub.download_hashing(
+        bases[0], REPO_ID, commit, manifest, hub.endpoint)
+    records = dict((e["path"], _swarm.record(e, *hashed[e["path"]], host="h0")) for e in manifest
+                   if e["size"] > 0)
+    import shutil
+    shutil.rmtree(os.path.join(bases[0], ".cache"))
+    for base in bases[1:]:
+        shutil.rmtree(base)
+        shutil.copytree(bases[0], base)
+    for base in bases[:2]:
+        _files.write_json(os.path.join(base, _model.PIECES), records)
+    shard = [e for e in manifest if e["path"].endswith(".safetensors")][0]
+    keep = 100000
+    with open(os.path.join(bases[2], shard["path"]), "r+b") as handle:
+        handle.truncate(keep)
+    good = dict((e["path"], (e["size"], 0)) for e in manifest if e["path"] != shard["path"])
+    before = hub.state.counters()["file_bytes_total"]
+    ps = [params(hub, commit, tmp_path, "holder" if i < 2 else "peer", ADDRS[i], port, "s2")
+          for i in range(3)]
+    results = [result() for _ in range(3)]
+    steps = [_swarm_step.Step(ps[i], bases[i], manifest,
+                              dict((e["path"], (e["size"], 0)) for e in manifest) if i < 2
+                              else good, None, results[i], lt) for i in range(3)]
+    out = {}
+    threads = [threading.Thread(target=run_step, args=(steps[i], [], out)) for i in range(3)]
+    for thread in threads:
+        thread.start()
+    relay(ps[0], ps[2:], lambda: steps[2].complete(), others=[ps[1]])
+    for thread in threads:
+        thread.join(30)
+    assert out == {"holder127.0.0.1": True, "holder127.0.0.2": True, "peer127.0.0.3": True}
+    assert hub.state.counters()["file_bytes_total"] == before  # 0 Hub bytes
+    _good, bad, _hashed = _model.verify_files(bases[2], [shard])
+    assert not bad
+    assert results[2]["transferred"] == [shard["path"]]
+    # only what was missing, to a piece: at most one piece more than the lost part
+    plen = _swarm.piece_length(shard["size"])
+    assert shard["size"] - keep <= results[2]["bytes_transferred"] <= shard["size"] - keep + plen
+    assert results[0]["bytes_read_to_hash"] == results[1]["bytes_read_to_hash"] == 0
