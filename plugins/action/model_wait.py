@@ -68,6 +68,8 @@ class ActionModule(ActionBase):
         session = args.get("session")
         after = int(args.get("published_after", 0))
         total = int(args.get("published_total", 0))
+        batch = float(args.get("published_batch", 1.0))
+        first_new = None
         host = task_vars.get("inventory_hostname")
         started = time.time()
         last_line = 0.0
@@ -81,8 +83,13 @@ class ActionModule(ActionBase):
                 return dict(result, failed=True, progress=lines,
                             msg="the transfer on %s ended: %s" % (host, status.get("msg")))
             if until == "published":
+                # new records are gathered for up to `batch` seconds (a burst of small files
+                # makes one wave, not one per file); all of them at once when all are out
                 records = self._published(args["published_path"], session, task_vars)
-                if len(records) > after or len(records) >= total:
+                if len(records) > after and first_new is None:
+                    first_new = time.time()
+                if len(records) >= total or (first_new is not None
+                                             and time.time() - first_new >= batch):
                     return dict(result, changed=False, progress=lines,
                                 published=records[after:], count=len(records), session=session,
                                 all_published=len(records) >= total)

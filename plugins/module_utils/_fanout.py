@@ -186,8 +186,10 @@ def _piece_length(size):
     return length
 
 
-def figures(size, host_counts, wan_bps, lan_bps, hash_bps=None):
-    """Rows of the model for the doc: hosts, rounds, hub seconds, doubling seconds, WAN bytes."""
+def figures(size, host_counts, wan_bps, lan_bps, hash_bps=None, file_bytes=None,
+            efficiency=1.0):
+    """Rows of the model for the doc: hosts, rounds, hub seconds, doubling seconds, swarm
+    seconds, WAN bytes."""
     rows = []
     for hosts in host_counts:
         rows.append({"hosts": hosts, "rounds": rounds_needed(hosts),
@@ -195,5 +197,8 @@ def figures(size, host_counts, wan_bps, lan_bps, hash_bps=None):
                                              hash_bps=hash_bps),
                      "doubling_s": placement_time(size, hosts, wan_bps, lan_bps, "doubling",
                                                   hash_bps=hash_bps),
+                     "swarm_s": placement_time(size, hosts, wan_bps, lan_bps, "swarm",
+                                               hash_bps=hash_bps, file_bytes=file_bytes,
+                                               efficiency=efficiency),
                      "wan_bytes_hub": size * hosts, "wan_bytes_doubling": size})
     return rows

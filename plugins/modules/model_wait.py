@@ -56,6 +56,12 @@ options:
     description: Records the feeder publishes in all (files that are not empty).
     type: int
     default: 0
+  published_batch:
+    description:
+      - Seconds new records are gathered before they are returned (unless all are out), so
+        that a burst of small files makes one wave.
+    type: float
+    default: 1.0
   session:
     description: The step's swarm session id.
     type: str
@@ -85,6 +91,10 @@ published:
 count:
   description: With O(until=published), the records published so far.
   type: int
+  returned: when until is published
+session:
+  description: With O(until=published), the session the records belong to.
+  type: str
   returned: when until is published
 all_published:
   description: With O(until=published), whether every record is out.
