@@ -202,3 +202,61 @@ def figures(size, host_counts, wan_bps, lan_bps, hash_bps=None, file_bytes=None,
                                                efficiency=efficiency),
                      "wan_bytes_hub": size * hosts, "wan_bytes_doubling": size})
     return rows
+
+
+def simulate_swarm(hosts, files, pieces_per_file, wan_share=1.0, efficiency=1.0, seed=7,
+                   tries=8):
+    """A piece-level simulation of the swarm, in ticks of one piece time at LAN speed.
+
+    The seed receives the stream from the WAN at ``wan_share`` pieces a tick and publishes a
+    file once all its pieces are in (file granularity, as the step does). Every host serves
+    the pieces it holds, up to ``efficiency`` pieces a tick (the engine's share of the line
+    rate); every peer receives at most one piece a tick (its LAN port). Each tick, in random
+    order, a peer asks up to ``tries`` random hosts with upload left for a published piece
+    it lacks and takes a random one of those (random-first: peers hold different pieces
+    and trade them, as rarest-first makes them). Returns the ticks until every host holds
+    every piece; one host's single copy is ``files * pieces_per_file / wan_share`` ticks.
+    """
+    import random
+    rng = random.Random(seed)
+    total = files * pieces_per_file
+    have = [0] * hosts  # bit sets of pieces held
+    counts = [0] * hosts
+    credit = [0.0] * hosts
+    full = (1 << total) - 1
+    ticks = 0
+    limit = int(total / min(wan_share, 1.0) * 6 + 20 * hosts + 100)
+    while min(counts[1:] or [total]) < total:
+        ticks += 1
+        if ticks > limit:
+            raise ValueError("the simulated swarm did not finish in %d ticks" % limit)
+        arrived = min(total, int(wan_share * ticks + 1e-9))
+        have[0], counts[0] = (1 << arrived) - 1, arrived
+        done_files = arrived // pieces_per_file if arrived < total else files
+        published = (1 << (done_files * pieces_per_file)) - 1 if done_files < files else full
+        for host in range(hosts):
+            credit[host] = min(credit[host] + efficiency, 1.0 + efficiency)
+        ready = [h for h in range(hosts) if credit[h] >= 1.0]
+        peers = list(range(1, hosts))
+        rng.shuffle(peers)
+        for peer in peers:
+            if counts[peer] == total or not ready:
+                continue
+            for _try in range(tries):
+                pick = rng.randrange(len(ready))
+                source = ready[pick]
+                want = have[source] & published & ~have[peer]
+                if not want:
+                    continue
+                shift = rng.randrange(total)
+                part = want >> shift
+                index = ((part & -part).bit_length() - 1 + shift) if part else \
+                    (want & -want).bit_length() - 1
+                have[peer] |= 1 << index
+                counts[peer] += 1
+                credit[source] -= 1.0
+                if credit[source] < 1.0:
+                    ready[pick] = ready[-1]
+                    ready.pop()
+                break
+    return ticks

@@ -360,7 +360,7 @@ class Swarm(object):
                 found[path] = status.errc.message()
         return found
 
-    def close(self, timeout=10.0):
+    def close(self, timeout=2.0):
         """Remove every torrent (files closed and flushed) and end the session: its port
         closes with it."""
         for handle in list(self.handles.values()):
