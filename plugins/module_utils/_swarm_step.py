@@ -262,6 +262,7 @@ class Step(object):
                 if self.failure is not None:
                     raise self.failure
                 if self.stop:
+                    self.result["stop_at"] = time.time()
                     break
                 if time.time() > deadline:
                     raise _model.ModelError("the swarm ran past its deadline (%ss) without the "
@@ -274,6 +275,7 @@ class Step(object):
             if self.role == "peer":
                 self.result["bytes_transferred"] += sum(v[2] for v in state.values())
             self.swarm.close()
+            self.result["closed_at"] = time.time()
         # libtorrent closed the files: the mtimes the marker records are final
         for path in list(self.good):
             self.good[path] = self._stat(path)
