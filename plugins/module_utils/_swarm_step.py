@@ -83,6 +83,8 @@ class Step(object):
         self.stop = False
         self.inbox_seen = 0
         self.started = time.time()
+        self.initial = None
+        self.downloader = None
         self.lt = lt
         self.swarm = _swarm.Swarm(lt, sw["address"], int(sw["port"]), sw.get("peers") or [],
                                   sw.get("peers") or [])
@@ -224,7 +226,7 @@ class Step(object):
             done_bytes += sum(_model_hub.partial_sizes(self.base, [
                 e for e in self.manifest if e["path"] not in self.good]).values())
         total = _model.total_bytes(self.manifest)
-        if not hasattr(self, "initial"):
+        if self.initial is None:
             self.initial = done_bytes
         elapsed = time.time() - self.started
         moved = done_bytes - self.initial
