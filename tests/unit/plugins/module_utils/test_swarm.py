@@ -168,3 +168,18 @@ def test_swarm_model_is_one_download_plus_the_last_file_whatever_the_hosts():
                                   file_bytes=shard) > size / 0.5e9
     with pytest.raises(ValueError):
         _fanout.placement_time(size, 16, wan, lan, "chain")
+
+
+def test_the_simulated_swarm_against_its_bounds_and_doubling():
+    files, ppf = 8, 16
+    total = files * ppf
+    two = _fanout.simulate_swarm(2, files, ppf, 1.0, 1.0)
+    # never faster than the stream plus the last file's own spread
+    assert two >= total + 1
+    eight = _fanout.simulate_swarm(8, files, ppf, 1.0, 1.0)
+    # the control: doubling rounds need 1 + log2(8) = 4 whole copies on the same links
+    assert two <= eight < 4 * total * 0.5
+    assert _fanout.simulate_swarm(8, files, ppf, 1.0, 0.5) > eight
+    # a WAN ten times slower than the LAN: the LAN fan-out hides behind the download
+    slow = _fanout.simulate_swarm(8, files, ppf, 0.1, 1.0)
+    assert total / 0.1 <= slow <= total / 0.1 * 1.2
