@@ -41,6 +41,21 @@ class ActionModule(ActionBase):
         except (KeyError, ValueError):
             return None
 
+    def _published(self, path, session, task_vars):
+        found = self._execute_module(module_name="ansible.builtin.slurp",
+                                     module_args={"src": path}, task_vars=task_vars)
+        if found.get("failed"):
+            return []
+        records = []
+        for line in base64.b64decode(found.get("content", "")).decode("utf-8").splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue  # a line being written
+            if entry.get("session") == session and entry.get("record"):
+                records.append(entry["record"])
+        return records
+
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}
         result = super(ActionModule, self).run(tmp, task_vars)
@@ -49,22 +64,48 @@ class ActionModule(ActionBase):
         path = args.get("progress_path")
         interval = float(args.get("interval", 10))
         timeout = float(args.get("timeout", 86400))
+        until = args.get("until", "finished")
+        session = args.get("session")
+        after = int(args.get("published_after", 0))
+        total = int(args.get("published_total", 0))
+        batch = float(args.get("published_batch", 1.0))
+        first_new = None
         host = task_vars.get("inventory_hostname")
         started = time.time()
+        last_line = 0.0
         lines = []
         while True:
             status = self._status(jid, task_vars)
             if status.get("finished") or status.get("failed") and "finished" not in status:
-                break
+                if status.get("failed") or until == "finished":
+                    break
+                # ended before what we wait for: its result says why
+                return dict(result, failed=True, progress=lines,
+                            msg="the transfer on %s ended: %s" % (host, status.get("msg")))
+            if until == "published":
+                # new records are gathered for up to `batch` seconds (a burst of small files
+                # makes one wave, not one per file); all of them at once when all are out
+                records = self._published(args["published_path"], session, task_vars)
+                if len(records) > after and first_new is None:
+                    first_new = time.time()
+                if len(records) >= total or (first_new is not None
+                                             and time.time() - first_new >= batch):
+                    return dict(result, changed=False, progress=lines,
+                                published=records[after:], count=len(records), session=session,
+                                all_published=len(records) >= total)
             progress = self._progress(path, task_vars) if path else None
-            if progress:
+            if until == "complete" and progress and progress.get("session") == session \
+                    and progress.get("complete"):
+                return dict(result, changed=False, progress=lines + [progress.get("line")])
+            if progress and time.time() - last_line >= interval:
+                last_line = time.time()
                 line = "%s: %s" % (host, progress.get("line"))
                 lines.append(line)
                 display.display("model transfer " + line)
             if time.time() - started > timeout:
                 return dict(result, failed=True, progress=lines,
                             msg="the transfer on %s ran longer than %ds" % (host, timeout))
-            time.sleep(interval)
+            time.sleep(interval if until == "finished" else min(interval, 0.3))
         status.pop("invocation", None)
         for key in ("ansible_job_id", "started", "finished", "results_file", "stdout",
                     "stderr", "erased"):

@@ -36,7 +36,8 @@ MARKER = ".gpufleet-verified.json"
 MANIFEST = ".gpufleet-manifest.json"
 PROGRESS = ".gpufleet-progress.json"
 # Files of our own (and huggingface_hub's local-dir cache) that are not part of the model.
-OWN_NAMES = (MARKER, MANIFEST, PROGRESS, ".cache")
+PIECES = ".gpufleet-pieces.json"
+OWN_NAMES = (MARKER, MANIFEST, PROGRESS, PIECES, ".cache")
 SHA256 = "sha256"
 GIT_SHA1 = "git-sha1"
 CHUNK = 8 * 1024 * 1024
@@ -193,9 +194,15 @@ def verify_files(base, entries, workers=4):
 
 # --- marker and quick check ------------------------------------------------------------
 
-def write_marker(base, repo_id, commit, good):
+def write_marker(base, repo_id, commit, good, against=None):
+    """The verified marker; ``against`` maps path -> what the file was verified against
+    (the Hub's digest while written, or the piece hashes of the seed's verified copy)."""
+    files = dict((p, {"size": s, "mtime_ns": m}) for p, (s, m) in good.items())
+    for path, note in (against or {}).items():
+        if path in files:
+            files[path]["against"] = note
     marker = {"repo_id": repo_id, "commit": commit, "verified_at": int(time.time()),
-              "files": dict((p, {"size": s, "mtime_ns": m}) for p, (s, m) in good.items())}
+              "files": files}
     write_json(os.path.join(base, MARKER), marker)
     return marker
 

@@ -286,3 +286,83 @@ class Progress(object):
         data = self.sample()
         data.update(finished=True, result=result)
         self.write_json(self.path, data)
+
+
+def download_hashing(staging, repo_id, commit, missing, endpoint, token="", xet=False,
+                     workers=4, on_file=None, stream_hash=None):
+    """Put ``missing`` manifest entries into ``staging``, hashing each file while it is
+    written (one HEAD and one GET per file, as ``hf_hub_download``): no second read.
+
+    ``stream_hash(algo, size)`` makes the hasher (``_swarm.StreamHash``: the manifest digest
+    and the piece hashes from the same bytes). A partial file left by a killed run is
+    continued with a ``Range`` request after its bytes were fed to the hasher (the one read
+    of bytes a process that is gone wrote). A file whose digest differs from the manifest is
+    removed and raises. ``on_file(item, hasher_result)`` runs as each file is in place.
+    Returns (resumed_from, removed, hashed) where ``hashed`` maps path -> (digest, piece
+    length, pieces).
+    """
+    environment(endpoint, xet)
+    from huggingface_hub import errors, hf_hub_url
+    from huggingface_hub.file_download import get_hf_file_metadata, http_get
+    from huggingface_hub.utils import build_hf_headers
+    from ansible_collections.gpufleet.sglang.plugins.module_utils import _swarm
+
+    resumable = {}
+    for item in missing:
+        found = _orphans(staging, item)
+        if found and 0 < os.path.getsize(found[0]) <= item["size"]:
+            resumable[item["path"]] = found[0]
+    removed = clean_partials(staging, set(resumable.values()))
+    resumed_from = {}
+    hashed = {}
+    lock = threading.Lock()
+    make = stream_hash or _swarm.StreamHash
+
+    def one(item):
+        target = os.path.join(staging, item["path"])
+        headers = build_hf_headers(token=token or False)
+        url = hf_hub_url(repo_id, item["path"], revision=commit, endpoint=endpoint)
+        meta = get_hf_file_metadata(url, token=token or False)
+        hasher = make(item["algo"], item["size"])
+        partial = resumable.get(item["path"])
+        have = 0
+        if partial:
+            have = _swarm.hash_existing(partial, hasher)
+            with lock:
+                resumed_from[item["path"]] = have
+        else:
+            folder = os.path.join(staging, ".cache", "huggingface", "download",
+                                  os.path.dirname(item["path"]))
+            os.makedirs(folder, exist_ok=True)
+            partial = os.path.join(folder, "%s.%s.%d.incomplete" % (
+                os.path.basename(item["path"]), item["digest"], os.getpid()))
+        with open(partial, "ab") as handle:
+            writer = _swarm.HashingWriter(handle, hasher)
+            if have < item["size"]:
+                http_get(meta.location or url, writer, resume_size=have,
+                         expected_size=item["size"], headers=headers)
+            handle.flush()
+            os.fsync(handle.fileno())
+        if writer.rewound:  # the client retried mid-file: hash what is on disk, once
+            hasher = make(item["algo"], item["size"])
+            _swarm.hash_existing(partial, hasher)
+        digest, pieces = hasher.finish()
+        if hasher.count != item["size"] or digest != item["digest"]:
+            os.unlink(partial)
+            raise ModelError("%s from %s: %d bytes, %s %s; the manifest says %d bytes, %s "
+                             "(removed; the next run fetches it again)"
+                             % (item["path"], endpoint, hasher.count, item["algo"], digest,
+                                item["size"], item["digest"]))
+        os.makedirs(os.path.dirname(target) or staging, exist_ok=True)
+        os.replace(partial, target)
+        with lock:
+            hashed[item["path"]] = (digest, hasher.plen, pieces)
+        if on_file:
+            on_file(item, hashed[item["path"]])
+
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, int(workers))) as pool:
+            list(pool.map(one, missing))
+    except (errors.HfHubHTTPError, errors.RepositoryNotFoundError) as error:
+        raise _refusal(error, repo_id, commit, endpoint, token)
+    return resumed_from, removed, hashed

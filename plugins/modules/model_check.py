@@ -102,7 +102,10 @@ def deep_check(module, path, commit, workers):
             if os.path.exists(full):
                 os.unlink(full)
                 removed.append(rel)
-        _model.write_marker(path, marker.get("repo_id"), commit, good)
+        notes = dict((rel, (marker.get("files", {}).get(rel) or {}).get("against"))
+                     for rel in good)
+        _model.write_marker(path, marker.get("repo_id"), commit, good,
+                            dict((k, v) for k, v in notes.items() if v))
     problems = ["%s: %s" % (rel, why) for rel, why in sorted(bad.items())]
     return {"verified": not bad, "problems": problems}, hashed, removed
 

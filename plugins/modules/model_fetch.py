@@ -31,9 +31,18 @@ description:
     time) is kept in C(.<name>.last-fetch.json) beside the directory.
   - While it runs it writes files and bytes done, the rate and the ETA to O(progress_path)
     every second (M(gpufleet.sglang.model_wait) shows it).
+  - From the Hub, each file is hashed while it is written (the manifest digest and the
+    BitTorrent piece hashes from the same bytes); it is not read back to be hashed.
+  - With O(swarm), the host takes part in the site's BitTorrent swarm (libtorrent, in this
+    process only, for as long as the step runs); the seed publishes each file's piece
+    hashes to O(swarm.published) as soon as it verified the file and serves it at once; a
+    holder (a host verified already) serves its copy; a peer adds the records the
+    controller appends to O(swarm.inbox) and libtorrent checks every piece as it arrives.
+    Every host serves what it holds. The run ends when the inbox says stop.
 requirements:
   - huggingface_hub (for O(source=hub))
-  - rsync (for O(source=peer) and O(source=local))
+  - rsync (for O(source=peer) without O(swarm), and O(source=local))
+  - libtorrent (for O(swarm); Debian C(python3-libtorrent))
 extends_documentation_fragment:
   - gpufleet.sglang._attributes
 attributes:
@@ -84,6 +93,14 @@ options:
   peer:
     description: rsync URL of a peer's verified copy, C(rsync://host:port/module/).
     type: str
+  swarm:
+    description:
+      - Take part in the site's swarm (see the description). Keys C(role) (C(seed),
+        C(holder) or C(peer)), C(address) (this host's LAN address, where the engine
+        listens), C(port), C(peers) (the LAN addresses of the site's swarm hosts; the only
+        addresses admitted), C(session) (an id the controller's records carry),
+        C(inbox), C(published) (journal paths) and C(deadline) (seconds).
+    type: dict
   source_path:
     description: Local or NFS directory to copy from (O(source=local)).
     type: path
@@ -133,7 +150,7 @@ free_bytes:
   type: int
   returned: always
 bytes_transferred:
-  description: Bytes received (for the Hub, file bytes; for rsync, its received total).
+  description: Bytes received (for the Hub, file bytes; for rsync, its received total; for the swarm, the payload bytes).
   type: int
   returned: always
 resumed_from:
@@ -141,8 +158,24 @@ resumed_from:
   type: dict
   returned: always
 bytes_hashed:
-  description: Bytes hashed in this run.
+  description: Bytes hashed in this run (while written, piece by piece as they arrived, or read back).
   type: int
+  returned: always
+bytes_read_to_hash:
+  description: Bytes read back from disk only to hash them (a resumed partial file, a file rsync wrote).
+  type: int
+  returned: always
+bytes_served:
+  description: Bytes this host sent to the site's other hosts (swarm).
+  type: int
+  returned: always
+io:
+  description: This process's I/O counters at the end (C(/proc/self/io)), e.g. C(read_bytes), C(rchar).
+  type: dict
+  returned: when the copy was placed
+engine:
+  description: The swarm engine and its version (empty without O(swarm)); with O(space_only), the engine this interpreter can import.
+  type: str
   returned: always
 transferred:
   description: Files transferred.
@@ -163,13 +196,15 @@ elapsed:
 import os
 import re
 import shutil
+import sys
 import time
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _command, _model
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _model_hub
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _command, _files, _model
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _model_hub, _swarm
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _swarm_step
 
 RSYNC_RECEIVED = re.compile(r"Total bytes received:\s*([\d,]+)")
 
@@ -233,6 +268,51 @@ def rsync(module, src, staging, paths, timeout):
     return int(match.group(1).replace(",", "")) if match else 0
 
 
+def finish(module, p, staging, manifest, good, against, result, records, started):
+    """Manifest, piece records, marker; then the one rename into place."""
+    _model.write_json(os.path.join(staging, _model.MANIFEST),
+                      {"repo_id": p["repo_id"], "commit": p["commit"], "files": manifest})
+    _files.write_json(os.path.join(staging, _model.PIECES), records)
+    _model.write_marker(staging, p["repo_id"], p["commit"], good, against)
+    shutil.rmtree(os.path.join(staging, ".cache"), ignore_errors=True)
+    _model.place(staging, p["path"])
+    result["elapsed"] = time.time() - started
+    result["io"] = _swarm.process_io()
+    _model.write_json(_model.last_fetch_path(p["path"]),
+                      dict(result, source=p["source"], peer=p["peer"], commit=p["commit"],
+                           finished_at=time.time()))
+
+
+def run_swarm(module, p, staging, manifest, good, missing, result, started):
+    lt = _swarm.import_engine()
+    if lt is None:
+        module.fail_json(msg="swarm: libtorrent is not importable by %s (install "
+                             "python3-libtorrent, or set model_engine: rsync)" % sys.executable,
+                         **result)
+    result["engine"] = "libtorrent " + str(lt.__version__)
+    step = _swarm_step.Step(p, staging, manifest, good, p["progress_path"], result, lt)
+    try:
+        complete = step.run(missing)
+    except (_model.ModelError, _swarm.SwarmError) as error:
+        _model.write_marker(staging, p["repo_id"], p["commit"], step.good, step.against)
+        module.fail_json(msg="%s: %s" % (p["path"], error), **result)
+    if p["swarm"]["role"] == "holder":
+        if step.records:
+            _files.write_json(os.path.join(staging, _model.PIECES), step.records)
+        result["elapsed"] = time.time() - started
+        result["io"] = _swarm.process_io()
+        module.exit_json(**result)
+    if not complete:
+        _model.write_marker(staging, p["repo_id"], p["commit"], step.good, step.against)
+        lacking = [e["path"] for e in manifest if e["path"] not in step.good]
+        module.fail_json(msg="%s: the swarm stopped before this host held every file (%d "
+                             "missing: %s); what it verified is kept for the next run"
+                             % (p["path"], len(lacking), ", ".join(lacking[:5])), **result)
+    finish(module, p, staging, manifest, step.good, step.against, result, step.records,
+           started)
+    module.exit_json(**result)
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -245,6 +325,7 @@ def main():
             token=dict(type="str", default="", no_log=True),
             xet=dict(type="bool", default=False),
             peer=dict(type="str"),
+            swarm=dict(type="dict"),
             source_path=dict(type="path"),
             workers=dict(type="int", default=4),
             free_bytes=dict(type="int"),
@@ -252,17 +333,28 @@ def main():
             progress_path=dict(type="path"),
             timeout=dict(type="int", default=86400),
         ),
-        required_if=[("source", "peer", ["peer"]), ("source", "local", ["source_path"])],
+        required_if=[("source", "local", ["source_path"])],
         supports_check_mode=True,
     )
     p = module.params
     started = time.time()
     result = dict(changed=False, needed_bytes=0, free_bytes=0, bytes_transferred=0,
-                  resumed_from={}, bytes_hashed=0, transferred=[], removed=[], elapsed=0.0)
+                  resumed_from={}, bytes_hashed=0, bytes_read_to_hash=0, bytes_served=0,
+                  transferred=[], removed=[], elapsed=0.0, engine="")
+    if p["source"] == "peer" and not p["peer"] and not p["swarm"]:
+        module.fail_json(msg="source is peer: peer (an rsync URL) or swarm is required", **result)
     try:
         manifest = _model.check_manifest(p["manifest"], p["repo_id"], p["commit"])
     except _model.ModelError as error:
         module.fail_json(msg=str(error), **result)
+    swarm = p["swarm"]
+    if swarm and swarm.get("role") == "holder":
+        if not _model.quick_check(p["path"], p["commit"])["verified"]:
+            module.fail_json(msg="%s: a holder must be verified for %s" % (p["path"], p["commit"]),
+                             **result)
+        marker = _model.read_json(os.path.join(p["path"], _model.MARKER)) or {}
+        good = dict((k, (v["size"], v["mtime_ns"])) for k, v in marker.get("files", {}).items())
+        run_swarm(module, p, p["path"], manifest, good, [], result, started)
     if _model.quick_check(p["path"], p["commit"])["verified"]:
         result["elapsed"] = time.time() - started
         module.exit_json(**result)
@@ -278,6 +370,7 @@ def main():
         result.update(needed_bytes=getattr(error, "needed", 0), free_bytes=getattr(error, "free", 0))
         module.fail_json(msg="%s: %s" % (p["path"], error), **result)
     if p["space_only"] or module.check_mode:
+        result["engine"] = _swarm.engine_version() or ""
         result["elapsed"] = time.time() - started
         module.exit_json(**result)
 
@@ -285,44 +378,63 @@ def main():
     staging = prepare_staging(p["path"])
     good = trusted(staging, p["commit"], manifest)
     result["removed"] = _model.clean_orphans(staging, manifest)
-    missing = missing_files(staging, manifest, p["source"])
+    missing = missing_files(staging, manifest, "hub" if p["source"] == "hub" else "peer")
+    result["transferred"] = [item["path"] for item in missing] if p["source"] == "hub" else []
+    if swarm:
+        run_swarm(module, p, staging, manifest, good, missing, result, started)
     result["transferred"] = [item["path"] for item in missing]
     progress = None
     if p["progress_path"]:
         progress = _model_hub.Progress(staging, manifest, p["progress_path"], _model.write_json,
                                        _model.progress_line).start()
+    records = _files.read_json(os.path.join(staging, _model.PIECES), {}) or {}
+    against = {}
     try:
         if missing and p["source"] == "hub":
-            resumed, cleaned = _model_hub.download(
+            resumed, cleaned, hashed = _model_hub.download_hashing(
                 staging, p["repo_id"], p["commit"], missing, p["endpoint"], p["token"],
                 p["xet"], p["workers"])
             result["resumed_from"] = resumed
             result["removed"].extend(cleaned)
             result["bytes_transferred"] = sum(item["size"] - resumed.get(item["path"], 0)
                                               for item in missing)
+            result["bytes_read_to_hash"] += sum(resumed.values())
+            for item in missing:
+                digest, plen, pieces = hashed[item["path"]]
+                st = os.stat(os.path.join(staging, item["path"]))
+                good[item["path"]] = (st.st_size, st.st_mtime_ns)
+                records[item["path"]] = _swarm.record(item, digest, plen, pieces, "hub")
+                against[item["path"]] = _swarm.against(records[item["path"]], "hub")
+                result["bytes_hashed"] += item["size"]
         elif missing:
             src = p["peer"] if p["source"] == "peer" else p["source_path"].rstrip("/") + "/"
             result["bytes_transferred"] = rsync(module, src, staging,
                                                 [item["path"] for item in missing], p["timeout"])
         todo = [item for item in manifest if item["path"] not in good]
-        new_good, bad, result["bytes_hashed"] = _model.verify_files(staging, todo, p["workers"])
+        new_good, bad, hashed_now = _model.verify_files(staging, todo, p["workers"])
+        result["bytes_hashed"] += hashed_now
+        result["bytes_read_to_hash"] += hashed_now
         good.update(new_good)
         if bad:
             for rel in bad:
                 if os.path.exists(os.path.join(staging, rel)):
                     os.unlink(os.path.join(staging, rel))
-            _model.write_marker(staging, p["repo_id"], p["commit"], good)
+            _model.write_marker(staging, p["repo_id"], p["commit"], good, against)
             module.fail_json(
                 msg="%d file(s) from %s did not match the manifest of %s at %s and were "
                     "removed (the next run fetches them again): %s"
                     % (len(bad), p["peer"] or p["source_path"] or p["endpoint"], p["repo_id"],
                        p["commit"], "; ".join("%s: %s" % kv for kv in sorted(bad.items()))),
                 **result)
-        _model.write_json(os.path.join(staging, _model.MANIFEST),
-                          {"repo_id": p["repo_id"], "commit": p["commit"], "files": manifest})
-        _model.write_marker(staging, p["repo_id"], p["commit"], good)
-        shutil.rmtree(os.path.join(staging, ".cache"), ignore_errors=True)
-        _model.place(staging, p["path"])
+        for path in new_good:
+            entry = next(e for e in manifest if e["path"] == path)
+            against[path] = "%s:%s (read back and hashed)" % (entry["algo"], entry["digest"])
+        # a rsync copy has no piece records (the next swarm from this host makes them)
+        records = dict((k, v) for k, v in records.items() if k in good and k not in new_good)
+        if progress:
+            progress.finish({"transferred": len(result["transferred"])}, staging)
+            progress = None
+        finish(module, p, staging, manifest, good, against, result, records, started)
     except _model.ModelError as error:
         module.fail_json(msg=str(error), **result)
     except Exception as error:  # a download error of any kind: report it with the traceback
@@ -331,10 +443,6 @@ def main():
     finally:
         if progress:
             progress.finish({"transferred": len(result["transferred"])}, p["path"])
-    result["elapsed"] = time.time() - started
-    _model.write_json(_model.last_fetch_path(p["path"]),
-                      dict(result, source=p["source"], peer=p["peer"], commit=p["commit"],
-                           finished_at=time.time()))
     module.exit_json(**result)
 
 

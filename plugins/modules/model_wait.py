@@ -36,6 +36,35 @@ options:
     description: Seconds to wait in total.
     type: float
     default: 86400
+  until:
+    description:
+      - C(finished) waits for the job's end and returns its result; C(published) returns
+        as soon as the swarm's O(published_path) holds more than O(published_after) records
+        of O(session) (or the job ended); C(complete) returns once the progress says the
+        host holds every file (or the job ended).
+    type: str
+    choices: [finished, published, complete]
+    default: finished
+  published_path:
+    description: The published journal of a swarm seed or holder (O(until=published)).
+    type: path
+  published_after:
+    description: Records of O(session) already handed out.
+    type: int
+    default: 0
+  published_total:
+    description: Records the feeder publishes in all (files that are not empty).
+    type: int
+    default: 0
+  published_batch:
+    description:
+      - Seconds new records are gathered before they are returned (unless all are out), so
+        that a burst of small files makes one wave.
+    type: float
+    default: 1.0
+  session:
+    description: The step's swarm session id.
+    type: str
 seealso:
   - module: gpufleet.sglang.model_fetch
 """
@@ -54,4 +83,21 @@ progress:
   type: list
   elements: str
   returned: always
+published:
+  description: With O(until=published), the records published after O(published_after).
+  type: list
+  elements: dict
+  returned: when until is published
+count:
+  description: With O(until=published), the records published so far.
+  type: int
+  returned: when until is published
+session:
+  description: With O(until=published), the session the records belong to.
+  type: str
+  returned: when until is published
+all_published:
+  description: With O(until=published), whether every record is out.
+  type: bool
+  returned: when until is published
 """

@@ -71,7 +71,9 @@ def test_plan_per_site_and_verified_hosts_skip_the_hub():
     with pytest.raises(ValueError):
         _fanout.plan(hosts, seeds={"west": "a1"})
     assert _fanout.plan({"x": "s"}, verified=["x"]) == {"hub": [], "rounds": [],
-                                                        "sites": {"s": ["x"]}}
+                                                        "sites": {"s": ["x"]},
+                                                        "swarm": {}, "fallback": [],
+                                                        "site_addresses": {"s": ["x"]}}
 
 
 def test_rounds_needed_and_placement_time():

@@ -1,0 +1,53 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.sglang contributors
+# MIT License (see LICENSE)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: model_plan
+short_description: Plan the model's fan-out from the play's hosts (swarm, rounds, fallback)
+version_added: 0.3.0
+author: gpufleet developers (@gpufleet)
+description:
+  - Runs on the controller only (an action plugin), once for the play.
+  - Reads each play host's C(__model_site), C(__model_address), C(__model_is_seed),
+    C(__model_check) and C(__model_engine) facts and plans, per site, the host that
+    downloads from the Hub, the swarm (every host with the engine; verified hosts serve)
+    and the doubling rounds for the hosts without the engine.
+extends_documentation_fragment:
+  - gpufleet.sglang._attributes
+  - gpufleet.sglang._attributes.info_module
+options:
+  engine:
+    description: C(libtorrent) swarms where it is installed; C(rsync) plans rounds only.
+    type: str
+    choices: [libtorrent, rsync]
+    default: libtorrent
+  manifest:
+    description: The files of the commit (the count of records a feeder publishes).
+    type: list
+    elements: dict
+    default: []
+seealso:
+  - module: gpufleet.sglang.model_fetch
+"""
+
+EXAMPLES = r"""
+- name: Plan the fan-out
+  gpufleet.sglang.model_plan:
+    engine: libtorrent
+    manifest: "{{ source.manifest }}"
+  run_once: true
+  register: fanout
+"""
+
+RETURN = r"""
+plan:
+  description: C(hub), C(swarm), C(rounds), C(sites), C(fallback), C(session), C(published_total), C(waves).
+  type: dict
+  returned: always
+"""

@@ -1,0 +1,167 @@
+"""The swarm step (module_utils/_swarm_step) on loopback: a seed that downloads from the Hub
+double hashing as it writes, two peers that get the records through their inbox, a holder
+that serves a verified copy, and a kill/resume. Needs libtorrent (skipped without it; the
+molecule scenario `model` runs it on the test hosts with Debian's python3-libtorrent)."""
+import os
+import threading
+import time
+
+import pytest
+
+from ansible_collections.gpufleet.sglang.plugins.module_utils import (
+    _files, _model, _model_hub, _swarm, _swarm_step)
+from hub_double import REPO_ID
+
+pytest.importorskip("huggingface_hub")
+lt = _swarm.import_engine()
+if lt is None:
+    pytest.skip("libtorrent is not installed", allow_module_level=True)
+
+ADDRS = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
+
+
+def params(hub, commit, tmp, role, address, port, session="s1"):
+    return {"repo_id": REPO_ID, "commit": commit, "endpoint": hub.endpoint, "token": "",
+            "xet": False, "workers": 2,
+            "swarm": {"role": role, "address": address, "port": port, "peers": ADDRS,
+                      "session": session, "inbox": str(tmp / ("inbox-" + address)),
+                      "published": str(tmp / ("published-" + address)), "deadline": 60}}
+
+
+def result():
+    return dict(bytes_transferred=0, resumed_from={}, bytes_hashed=0, bytes_read_to_hash=0,
+                bytes_served=0, transferred=[], removed=[])
+
+
+def relay(seed_p, peers_p, stop_when, timeout=60, others=()):
+    """What the role's wave.yml does: the feeder's published records to the peers' inboxes,
+    then the stop once every host is complete."""
+    handed = 0
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        recs = [line["record"] for line in _files.read_lines(seed_p["swarm"]["published"])
+                if line.get("session") == seed_p["swarm"]["session"]]
+        if len(recs) > handed:
+            for p in peers_p:
+                _files.append_line(p["swarm"]["inbox"], {"session": p["swarm"]["session"],
+                                                         "add": recs[handed:]})
+            handed = len(recs)
+        if stop_when():
+            break
+        time.sleep(0.1)
+    for p in [seed_p] + list(peers_p) + list(others):
+        _files.append_line(p["swarm"]["inbox"], {"session": p["swarm"]["session"], "stop": True})
+
+
+def run_step(step, missing, out):
+    try:
+        out[step.role + step.sw["address"]] = step.run(missing)
+    except Exception as error:  # reported by the test
+        out[step.role + step.sw["address"]] = error
+
+
+def test_seed_and_two_peers_hash_once_and_close_the_port(hub, tmp_path):
+    commit, manifest, _xet = _model_hub.resolve(hub.endpoint, REPO_ID, "main")
+    port = 17000 + os.getpid() % 1000
+    bases = [str(tmp_path / ("h%d" % i)) for i in range(3)]
+    for base in bases:
+        os.makedirs(base)
+    ps = [params(hub, commit, tmp_path, "seed" if i == 0 else "peer", ADDRS[i], port)
+          for i in range(3)]
+    results = [result() for _ in range(3)]
+    steps = [_swarm_step.Step(ps[i], bases[i], manifest, {}, str(tmp_path / ("prog%d" % i)),
+                              results[i], lt) for i in range(3)]
+    out = {}
+    threads = [threading.Thread(target=run_step, args=(steps[i], manifest if i == 0 else [], out))
+               for i in range(3)]
+    for thread in threads:
+        thread.start()
+    relay(ps[0], ps[1:], lambda: all(s.complete() for s in steps))
+    for thread in threads:
+        thread.join(30)
+    assert all(value is True for value in out.values()), out
+    counters = hub.state.counters()
+    assert counters["file_bytes_total"] == _model.total_bytes(manifest)  # one Hub copy
+    nonempty = [e for e in manifest if e["size"] > 0]
+    for i, base in enumerate(bases):
+        good, bad, _hashed = _model.verify_files(base, manifest)
+        assert not bad, (i, bad)
+        assert results[i]["bytes_read_to_hash"] == 0
+        assert results[i]["bytes_hashed"] == _model.total_bytes(manifest)
+    # the peers got every byte from the swarm, and the seed served at least one copy
+    assert results[0]["bytes_served"] >= _model.total_bytes(nonempty)
+    assert sorted(results[1]["transferred"]) == sorted(e["path"] for e in nonempty)
+    notes = steps[1].against
+    assert all(notes[e["path"]].startswith("btv1:") for e in nonempty)
+    assert all(steps[0].against[e["path"]].startswith(e["algo"] + ":") for e in manifest)
+    import socket
+    for address in ADDRS:  # nothing listens on the swarm port any more
+        with pytest.raises(OSError):
+            socket.create_connection((address, port), timeout=1).close()
+
+
+def test_a_record_that_does_not_match_the_manifest_is_refused(hub):
+    commit, manifest, _xet = _model_hub.resolve(hub.endpoint, REPO_ID, "main")
+    entry = [e for e in manifest if e["size"] > 0][0]
+    hasher = _swarm.StreamHash(entry["algo"], entry["size"])
+    hasher.update(b"x" * entry["size"])
+    digest, pieces = hasher.finish()
+    rec = _swarm.record(entry, entry["digest"], hasher.plen, pieces, "h")
+    by_path = {entry["path"]: entry}
+    _swarm.check_record(rec, by_path)  # its own info-hash matches
+    forged = dict(rec, pieces=("00" * 20) + rec["pieces"][40:])
+    with pytest.raises(_swarm.SwarmError) as refused:
+        _swarm.check_record(forged, by_path)
+    assert "does not match its pieces" in str(refused.value)
+    with pytest.raises(_swarm.SwarmError):
+        _swarm.check_record(dict(rec, digest="0" * 64), by_path)
+
+
+def test_holders_repair_a_truncated_shard_with_no_hub_byte(hub, tmp_path):
+    """Two verified hosts serve (holders, from their kept records); the third lost the end of
+    a shard: it keeps the pieces it holds (libtorrent checks them) and receives the rest."""
+    commit, manifest, _xet = _model_hub.resolve(hub.endpoint, REPO_ID, "main")
+    port = 18000 + os.getpid() % 1000
+    bases = [str(tmp_path / ("h%d" % i)) for i in range(3)]
+    for base in bases:
+        os.makedirs(base)
+    # place a verified copy on hosts 0 and 1 the way a seed does (hashing while writing)
+    _resumed, _removed, hashed = _model_hub.download_hashing(
+        bases[0], REPO_ID, commit, manifest, hub.endpoint)
+    records = dict((e["path"], _swarm.record(e, *hashed[e["path"]], host="h0")) for e in manifest
+                   if e["size"] > 0)
+    import shutil
+    shutil.rmtree(os.path.join(bases[0], ".cache"))
+    for base in bases[1:]:
+        shutil.rmtree(base)
+        shutil.copytree(bases[0], base)
+    for base in bases[:2]:
+        _files.write_json(os.path.join(base, _model.PIECES), records)
+    shard = [e for e in manifest if e["path"].endswith(".safetensors")][0]
+    keep = 100000
+    with open(os.path.join(bases[2], shard["path"]), "r+b") as handle:
+        handle.truncate(keep)
+    good = dict((e["path"], (e["size"], 0)) for e in manifest if e["path"] != shard["path"])
+    before = hub.state.counters()["file_bytes_total"]
+    ps = [params(hub, commit, tmp_path, "holder" if i < 2 else "peer", ADDRS[i], port, "s2")
+          for i in range(3)]
+    results = [result() for _ in range(3)]
+    steps = [_swarm_step.Step(ps[i], bases[i], manifest,
+                              dict((e["path"], (e["size"], 0)) for e in manifest) if i < 2
+                              else good, None, results[i], lt) for i in range(3)]
+    out = {}
+    threads = [threading.Thread(target=run_step, args=(steps[i], [], out)) for i in range(3)]
+    for thread in threads:
+        thread.start()
+    relay(ps[0], ps[2:], lambda: steps[2].complete(), others=[ps[1]])
+    for thread in threads:
+        thread.join(30)
+    assert out == {"holder127.0.0.1": True, "holder127.0.0.2": True, "peer127.0.0.3": True}
+    assert hub.state.counters()["file_bytes_total"] == before  # 0 Hub bytes
+    _good, bad, _hashed = _model.verify_files(bases[2], [shard])
+    assert not bad
+    assert results[2]["transferred"] == [shard["path"]]
+    # only what was missing, to a piece: at most one piece more than the lost part
+    plen = _swarm.piece_length(shard["size"])
+    assert shard["size"] - keep <= results[2]["bytes_transferred"] <= shard["size"] - keep + plen
+    assert results[0]["bytes_read_to_hash"] == results[1]["bytes_read_to_hash"] == 0

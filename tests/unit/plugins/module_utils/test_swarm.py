@@ -1,0 +1,185 @@
+"""The swarm's pure parts: piece length, hashing while writing, bencoding, info dicts and
+records, and the plan (who seeds, who swarms, who falls back to rsync rounds)."""
+import hashlib
+import io
+import os
+
+import pytest
+
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _fanout, _files, _swarm
+
+
+def test_piece_length_is_a_power_of_two_for_about_1024_pieces():
+    assert _swarm.piece_length(0) == 16 * 1024
+    assert _swarm.piece_length(16 * 1024 * 1024) == 16 * 1024
+    assert _swarm.piece_length(16 * 1024 * 1024 + 1) == 32 * 1024
+    assert _swarm.piece_length(5 * 10 ** 9) == 8 * 1024 * 1024
+    assert _swarm.piece_length(10 ** 13) == 16 * 1024 * 1024
+
+
+@pytest.mark.parametrize("algo,size", [("sha256", 100000), ("git-sha1", 33), ("sha256", 65536)])
+def test_stream_hash_equals_a_read_back_and_the_pieces(tmp_path, algo, size):
+    data = os.urandom(size)
+    hasher = _swarm.StreamHash(algo, size, plen=16384)
+    handle = io.BytesIO()
+    writer = _swarm.HashingWriter(handle, hasher)
+    for start in range(0, size, 7001):  # chunks that straddle piece boundaries
+        writer.write(data[start:start + 7001])
+    digest, pieces = hasher.finish()
+    path = tmp_path / "f"
+    path.write_bytes(data)
+    assert digest == _files.digest(str(path), algo, size)
+    want = b"".join(hashlib.sha1(data[i:i + 16384]).digest() for i in range(0, size, 16384))
+    assert pieces == want
+    assert handle.getvalue() == data and not writer.rewound
+
+
+def test_a_rewinding_client_marks_the_stream_unusable():
+    writer = _swarm.HashingWriter(io.BytesIO(), _swarm.StreamHash("sha256", 10))
+    writer.write(b"12345")
+    writer.seek(0)
+    assert writer.rewound
+
+
+def test_bencode_follows_bep3():
+    assert _swarm.bencode(3) == b"i3e"
+    assert _swarm.bencode(b"spam") == b"4:spam"
+    assert _swarm.bencode(["spam", 42]) == b"l4:spami42ee"
+    assert _swarm.bencode({"spam": ["a", "b"], "cow": "moo"}) == b"d3:cow3:moo4:spaml1:a1:bee"
+    with pytest.raises(_swarm.SwarmError):
+        _swarm.bencode(1.5)
+
+
+def test_the_info_hash_is_the_one_libtorrent_makes_from_the_same_file(tmp_path):
+    lt = _swarm.import_engine()
+    if lt is None:
+        pytest.skip("libtorrent is not installed")
+    data = os.urandom(300000)
+    (tmp_path / "shard.bin").write_bytes(data)
+    hasher = _swarm.StreamHash("sha256", len(data), plen=16384)
+    hasher.update(data)
+    _digest, pieces = hasher.finish()
+    ours = _swarm.info_hash(_swarm.info_dict("d/shard.bin", len(data), 16384, pieces))
+    storage = lt.file_storage()
+    lt.add_files(storage, str(tmp_path / "shard.bin"))
+    made = lt.create_torrent(storage, 16384, flags=lt.create_torrent.v1_only)
+    made.set_priv(True)
+    lt.set_piece_hashes(made, str(tmp_path))
+    theirs = hashlib.sha1(lt.bencode(made.generate()[b"info"])).hexdigest()
+    assert ours == theirs
+
+
+def test_a_record_checks_against_the_manifest_and_its_info_hash():
+    entry = {"path": "a/b.safetensors", "size": 40000, "algo": "sha256", "digest": "d" * 64}
+    hasher = _swarm.StreamHash("sha256", 40000, plen=16384)
+    hasher.update(b"\0" * 40000)
+    _digest, pieces = hasher.finish()
+    rec = _swarm.record(entry, entry["digest"], 16384, pieces, "seed-1")
+    assert rec["pieces"] == pieces.hex() and len(pieces) == 3 * 20
+    info = _swarm.check_record(rec, {entry["path"]: entry})
+    assert info["name"] == "b.safetensors" and info["private"] == 1
+    with pytest.raises(_swarm.SwarmError):
+        _swarm.check_record(dict(rec, info_hash="0" * 40), {entry["path"]: entry})
+    with pytest.raises(_swarm.SwarmError):
+        _swarm.check_record(dict(rec, pieces=rec["pieces"][:80]), {entry["path"]: entry})
+    with pytest.raises(_swarm.SwarmError):
+        _swarm.check_record(rec, {})
+    assert _swarm.against(rec, "hub").startswith("sha256:" + "d" * 64)
+    assert _swarm.against(rec, "peer").startswith("btv1:" + rec["info_hash"])
+
+
+def test_session_settings_keep_the_swarm_inside_the_fleet():
+    settings = _swarm.session_settings("10.0.0.5", 8731)
+    assert settings["listen_interfaces"] == "10.0.0.5:8731"
+    for key in ("enable_dht", "enable_lsd", "enable_upnp", "enable_natpmp"):
+        assert settings[key] is False
+
+
+HOSTS = {"a1": "east", "a2": "east", "a3": "east", "a4": "east", "b1": "west", "b2": "west"}
+ADDR = dict((h, "10.0.%d.%d" % (1 if h[0] == "a" else 2, int(h[1]))) for h in HOSTS)
+
+
+def test_plan_swarms_every_engine_host_and_rounds_the_rest():
+    plan = _fanout.plan(HOSTS, engine=["a1", "a2", "a3", "b1", "b2"], addresses=ADDR)
+    assert plan["hub"] == ["a1", "b1"]
+    assert plan["swarm"]["a1"] == {"role": "seed", "feeder": "a1",
+                                   "peers": ["10.0.1.1", "10.0.1.2", "10.0.1.3"]}
+    assert plan["swarm"]["a3"]["role"] == "peer" and "a4" not in plan["swarm"]
+    assert plan["swarm"]["b2"] == {"role": "peer", "feeder": "b1",
+                                   "peers": ["10.0.2.1", "10.0.2.2"]}
+    # a4 lacks the engine: one round from a swarm host, which is verified by then
+    assert plan["rounds"] == [{"a4": "a1"}]
+    assert plan["fallback"] == ["a4"]
+    assert plan["site_addresses"]["west"] == ["10.0.2.1", "10.0.2.2"]
+
+
+def test_plan_a_verified_engine_host_feeds_without_the_hub():
+    plan = _fanout.plan(HOSTS, verified=["a2", "a3", "a4", "b1", "b2"], engine=list(HOSTS),
+                        addresses=ADDR)
+    assert plan["hub"] == []
+    assert plan["swarm"]["a1"]["role"] == "peer" and plan["swarm"]["a1"]["feeder"] == "a2"
+    assert plan["swarm"]["a2"]["role"] == "holder"
+    assert "b1" not in plan["swarm"] and plan["rounds"] == []
+
+
+def test_plan_without_the_engine_on_the_seed_is_today_s_rounds():
+    control = _fanout.plan(HOSTS)
+    plan = _fanout.plan(HOSTS, engine=["a2", "a3", "a4", "b2"], addresses=ADDR)
+    assert plan["swarm"] == {} and plan["rounds"] == control["rounds"]
+    assert plan["fallback"] == ["a1", "b1"]  # the seeds lack it
+    assert control["swarm"] == {} and control["fallback"] == []
+    assert len(control["rounds"]) == _fanout.rounds_needed(4)
+
+
+def test_fleet_inputs_from_the_hosts_facts():
+    hostvars = {
+        "a": {"__model_site": "s", "__model_address": "10.0.0.1", "__model_is_seed": "False",
+              "__model_check": {"verified": False}, "__model_engine": "libtorrent"},
+        "b": {"__model_site": "s", "__model_address": "10.0.0.2", "__model_is_seed": "True",
+              "__model_check": {"verified": True}, "__model_engine": ""},
+        "c": {"__model_site": "t", "__model_check": {"verified": False}},
+    }
+    hosts, verified, seeds, engine, addresses = _fanout.fleet_inputs(["a", "b", "c"], hostvars)
+    assert hosts == {"a": "s", "b": "s", "c": "t"}
+    assert verified == ["b"] and seeds == {"s": "b"} and engine == ["a"]
+    assert addresses == {"a": "10.0.0.1", "b": "10.0.0.2", "c": "c"}
+
+
+def test_swarm_model_is_one_download_plus_the_last_file_whatever_the_hosts():
+    size, wan, lan = 548e9, 1.25e9, 12.5e9
+    shard = size / 64
+    one = _fanout.placement_time(size, 1, wan, lan, "swarm")
+    assert one == pytest.approx(size / wan)
+    for hosts in (16, 256, 1024):
+        swarm = _fanout.placement_time(size, hosts, wan, lan, "swarm", file_bytes=shard,
+                                       efficiency=0.5)
+        tail = shard / (lan * 0.5) + _fanout.rounds_needed(hosts) * 8 * 1024 * 1024 / lan
+        assert swarm == pytest.approx(size / wan + tail)
+        # against its control, doubling rounds on the same links
+        assert _fanout.placement_time(size, hosts, wan, lan, "doubling") > swarm + 3 * size / lan
+    # links of one speed (the test bed): 8 hosts need 4 copy times by doubling, ~1 swarming
+    rate = 16 * 2 ** 20
+    repo = 256 * 2 ** 20
+    assert _fanout.placement_time(repo, 8, rate, rate, "doubling") == pytest.approx(4 * repo / rate)
+    assert _fanout.placement_time(repo, 8, rate, rate, "swarm", file_bytes=repo / 8,
+                                  efficiency=0.5) < 1.3 * repo / rate
+    # the seed hashes while it writes: a slow hash caps the seed's rate
+    assert _fanout.placement_time(size, 16, wan, lan, "swarm", hash_bps=0.5e9,
+                                  file_bytes=shard) > size / 0.5e9
+    with pytest.raises(ValueError):
+        _fanout.placement_time(size, 16, wan, lan, "chain")
+
+
+def test_the_simulated_swarm_against_its_bounds_and_doubling():
+    files, ppf = 8, 16
+    total = files * ppf
+    two = _fanout.simulate_swarm(2, files, ppf, 1.0, 1.0)
+    # never faster than the stream plus the last file's own spread
+    assert two >= total + 1
+    eight = _fanout.simulate_swarm(8, files, ppf, 1.0, 1.0)
+    # the control: doubling rounds need 1 + log2(8) = 4 whole copies on the same links
+    assert two <= eight < 4 * total * 0.5
+    assert _fanout.simulate_swarm(8, files, ppf, 1.0, 0.5) > eight
+    # a WAN ten times slower than the LAN: the LAN fan-out hides behind the download
+    slow = _fanout.simulate_swarm(8, files, ppf, 0.1, 1.0)
+    assert total / 0.1 <= slow <= total / 0.1 * 1.2
