@@ -11,6 +11,8 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils._monitoring import (
     MonitoringError,
+    alert_rules,
+    model_commit,
     router_targets,
     server_targets,
 )
@@ -33,9 +35,24 @@ def monitoring_router_targets(routers, hostvars, group="sglang_servers", extra_l
         raise AnsibleFilterError(str(exc))
 
 
+def monitoring_rules(settings=None):
+    """The alert rules (a rule file's content) for these settings, checked all at once."""
+    try:
+        return alert_rules(dict(settings or {}))
+    except MonitoringError as exc:
+        raise AnsibleFilterError(str(exc))
+
+
+def monitoring_model_commit(marker):
+    """The commit a model directory's marker names, or an empty string."""
+    return model_commit(marker) or ""
+
+
 class FilterModule(object):
     def filters(self):
         return {
             "monitoring_server_targets": monitoring_server_targets,
             "monitoring_router_targets": monitoring_router_targets,
+            "monitoring_rules": monitoring_rules,
+            "monitoring_model_commit": monitoring_model_commit,
         }
