@@ -323,3 +323,38 @@ def alert_rules(settings=None):
 def alert_names(rules_doc):
     """The alert names of a rules document, in order."""
     return [r["alert"] for g in rules_doc["groups"] for r in g["rules"] if "alert" in r]
+
+
+# ---------------------------------------------------------------------------------------
+# status.yml's optional view of a Prometheus: the alerts that fire now (/api/v1/alerts).
+# ---------------------------------------------------------------------------------------
+
+def firing_alerts(doc, hosts=None, prometheus_url=""):
+    """The firing alerts of an ``/api/v1/alerts`` answer, one row each, sorted by host.
+
+    ``hosts`` (optional) keeps alerts whose ``host`` label is one of them, and alerts that
+    name no host. A row: ``alertname``, ``host``, ``severity``, ``since`` (activeAt),
+    ``summary``, ``line`` (one line for the table's side).
+    """
+    if not isinstance(doc, dict) or doc.get("status") != "success" or not isinstance(
+            (doc.get("data") or {}).get("alerts"), list):
+        raise MonitoringError("%s/api/v1/alerts did not answer a Prometheus alert list: %s"
+                              % (prometheus_url.rstrip("/"), str(doc)[:300]))
+    wanted = set(hosts) if hosts else None
+    rows = []
+    for alert in doc["data"]["alerts"]:
+        if alert.get("state") != "firing":
+            continue
+        labels = alert.get("labels") or {}
+        host = labels.get("host") or ""
+        if wanted is not None and host and host not in wanted:
+            continue
+        summary = (alert.get("annotations") or {}).get("summary") or ""
+        row = {"alertname": labels.get("alertname") or "", "host": host,
+               "severity": labels.get("severity") or "", "since": alert.get("activeAt") or "",
+               "summary": summary}
+        row["line"] = "%-28s %-20s %-9s since %s  %s" % (
+            row["alertname"], host or "-", row["severity"] or "-", row["since"] or "-", summary)
+        rows.append(row)
+    rows.sort(key=lambda r: (r["host"], r["alertname"]))
+    return rows
