@@ -177,7 +177,9 @@ def model_commit(marker):
 #     sglang:token_usage, sglang:gen_throughput (scheduler gauges);
 #   smg: model_gateway/src/observability/metrics.rs (lightseekorg/smg), init_metrics():
 #     smg_worker_health (1 healthy, 0 unhealthy; -1 once a worker is removed,
-#     Metrics::remove_worker_metrics), smg_worker_cb_state (0 closed, 1 open, 2 half open),
+#     Metrics::remove_worker_metrics, or no series at all in later releases; the rule counts
+#     clamp_min(health, 0), so both read as not healthy), smg_worker_cb_state (0 closed,
+#     1 open, 2 half open),
 #     both labelled ``worker`` (the worker URL);
 #   Prometheus itself: ``up`` of each scrape target (0: the server did not answer /metrics).
 # ---------------------------------------------------------------------------------------

@@ -104,3 +104,13 @@ def test_model_commit_from_marker():
     assert m.model_commit({"repo_id": "a/b", "commit": "c" * 40}) == "c" * 40
     assert m.model_commit({"commit": ""}) is None
     assert m.model_commit(None) is None
+
+
+def test_facts_read_the_model_steps_marker():
+    """roles/monitoring/tasks/facts.yml names the marker file _model.MARKER names."""
+    import os
+    from ansible_collections.gpufleet.sglang.plugins.module_utils._model import MARKER
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.dirname(os.path.abspath(__file__))))))
+    with open(os.path.join(root, "roles", "monitoring", "tasks", "facts.yml")) as fh:
+        assert "{{ monitoring_model_path }}/%s" % MARKER in fh.read()
