@@ -269,7 +269,8 @@ def alert_rules(settings=None):
             s["router_workers_for"], "warning",
             "Router {{ $labels.host }} routes to fewer servers than are up",
             "Router {{ $labels.host }} ({{ $labels.instance }}) lists {{ $value }} healthy "
-            "workers, fewer than the servers of group {{ $labels.group }} that are up. Next: "
+            "workers (0 as well when its metrics do not answer), fewer than the servers of group "
+            "{{ $labels.group }} that are up. Next: "
             "compare `curl http://<router>:<port>/workers` with the inventory, then re-run "
             "playbooks/deploy.yml (the router role adds every server of the group back)."),
         _alert(
