@@ -39,6 +39,7 @@ class State:
         self.model_config = _read_model_config(self.model_path)
         self.routes = self._routes()
         self.gracefully_exit = False  # set by SIGTERM (see graceful_exit)
+        self.latency = Latency()  # TTFT / inter-token histograms and tokens in flight
 
     def _routes(self):
         get = {"/health", "/health_generate", "/get_model_info", "/get_server_info",
@@ -157,7 +158,10 @@ class State:
         ``num_running_reqs`` is the requests admitted to the running batch,
         ``num_queue_reqs`` those waiting for admission (``--max-running-requests`` or the KV
         pool full, see ``engine.Scheduler``); ``gen_throughput`` is the tokens of the last
-        5 s per second.
+        5 s per second; ``token_usage`` is the KV tokens the requests in flight hold (prompt
+        and generated so far) over ``max_total_num_tokens``. The tokenizer's histograms
+        ``time_to_first_token_seconds`` and ``inter_token_latency_seconds`` (before 0.5:
+        ``time_per_output_token_seconds``) carry ``model_name`` only.
         """
         e = self.engine
         gen_throughput = e.gen_throughput()
@@ -174,16 +178,102 @@ class State:
              "Number of generation tokens processed.", False, e.generation_tokens_total),
             ("sglang:num_requests_total", "counter", "Number of requests processed.", False,
              e.requests_total),
+            ("sglang:token_usage", "gauge", "The token usage.", True, self.token_usage()),
         ]
         lines = []
         for name, kind, help_text, scheduler, value in series:
             labels = self.metric_labels(scheduler)
             lines.append("# HELP %s %s" % (name, help_text))
             lines.append("# TYPE %s %s" % (name, kind))
-            lines.append("%s{%s} %s" % (name, ",".join(
-                '%s="%s"' % (k, _label_value(v)) for k, v in sorted(labels.items())),
-                _float(value)))
+            lines.append("%s{%s} %s" % (name, _labels(labels), _float(value)))
+        itl = (("sglang:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.")
+               if self.version >= (0, 5) else
+               ("sglang:time_per_output_token_seconds",
+                "Histogram of time per output token in seconds."))
+        for (name, help_text), (buckets, counts, total, count) in (
+                (("sglang:time_to_first_token_seconds",
+                  "Histogram of time to first token in seconds."), self.latency.ttft()),
+                (itl, self.latency.itl())):
+            labels = self.metric_labels(False)
+            lines.append("# HELP %s %s" % (name, help_text))
+            lines.append("# TYPE %s histogram" % name)
+            for bound, n in zip(list(buckets) + ["+Inf"], counts):
+                le = bound if bound == "+Inf" else _float(bound)
+                lines.append("%s_bucket{%s} %s" % (name, _labels(dict(labels, le=le)), _float(n)))
+            lines.append("%s_count{%s} %s" % (name, _labels(labels), _float(count)))
+            lines.append("%s_sum{%s} %s" % (name, _labels(labels), _float(total)))
         return "\n".join(lines) + "\n"
+
+    def token_usage(self):
+        """KV tokens held by the requests in flight over the pool (SGLang's token_usage)."""
+        pool = (self.memory["max_total_num_tokens"] if self.memory
+                else self.context_length() * 4)
+        return min(1.0, self.latency.tokens_in_flight / float(max(pool, 1)))
+
+    def generate(self, n_tokens, n_prompt=0):
+        """The engine's tokens, timed into the latency histograms."""
+        return self.latency.observe(self.engine.generate(n_tokens, n_prompt), n_prompt)
+
+
+class Latency:
+    """TTFT and inter-token latency as SGLang's TokenizerMetricsCollector observes them.
+
+    Buckets: a subset of SGLang's (``srt/metrics/collector.py``, TokenizerMetricsCollector
+    ``bucket_time_to_first_token`` / ``bucket_inter_token_latency``).
+    """
+
+    TTFT_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+    ITL_BUCKETS = (0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.tokens_in_flight = 0
+        self._ttft = [[0] * (len(self.TTFT_BUCKETS) + 1), 0.0, 0]
+        self._itl = [[0] * (len(self.ITL_BUCKETS) + 1), 0.0, 0]
+
+    @staticmethod
+    def _add(hist, buckets, value):
+        for i, bound in enumerate(buckets):
+            if value <= bound:
+                hist[0][i] += 1
+        hist[0][-1] += 1
+        hist[1] += value
+        hist[2] += 1
+
+    def observe(self, tokens, n_prompt):
+        start = last = time.monotonic()
+        held = n_prompt
+        with self._lock:
+            self.tokens_in_flight += held
+        try:
+            for n, tok in enumerate(tokens):
+                now = time.monotonic()
+                with self._lock:
+                    if n == 0:
+                        self._add(self._ttft, self.TTFT_BUCKETS, now - start)
+                    else:
+                        self._add(self._itl, self.ITL_BUCKETS, now - last)
+                    self.tokens_in_flight += 1
+                    held += 1
+                last = now
+                yield tok
+        finally:
+            with self._lock:
+                self.tokens_in_flight -= held
+
+    def _read(self, hist, buckets):
+        with self._lock:
+            return buckets, list(hist[0]), hist[1], hist[2]
+
+    def ttft(self):
+        return self._read(self._ttft, self.TTFT_BUCKETS)
+
+    def itl(self):
+        return self._read(self._itl, self.ITL_BUCKETS)
+
+
+def _labels(labels):
+    return ",".join('%s="%s"' % (k, _label_value(v)) for k, v in sorted(labels.items()))
 
 
 def _label_value(value):
@@ -423,7 +513,7 @@ class Handler(BaseHTTPRequestHandler):
                 n_prompt = (len(prompt) if isinstance(prompt, list)
                             else _engine.prompt_tokens(prompt))
                 t0 = time.monotonic()
-                toks = list(st.engine.generate(n_out, n_prompt))
+                toks = list(st.generate(n_out, n_prompt))
                 results.append({
                     "text": "".join(_engine.token_text(i, seed) for i in toks),
                     "output_ids": [1000 + (i * 7 + seed) % len(_engine.WORDS) for i in toks],
@@ -436,7 +526,7 @@ class Handler(BaseHTTPRequestHandler):
         self._stream_start()
         parts = []
         t0 = time.monotonic()
-        for i in st.engine.generate(n_out, n_prompt):
+        for i in st.generate(n_out, n_prompt):
             parts.append(_engine.token_text(i, seed))
             self._event({"text": "".join(parts),
                          "meta_info": self._meta(rid, n_prompt, i + 1, n_out,
@@ -478,7 +568,7 @@ class Handler(BaseHTTPRequestHandler):
                     "total_tokens": n_prompt + done, "prompt_tokens_details": None}
 
         if not body.get("stream"):
-            toks = list(st.engine.generate(n_out, n_prompt))
+            toks = list(st.generate(n_out, n_prompt))
             text = "".join(_engine.token_text(i) for i in toks)
             choice = {"index": 0, "logprobs": None, "finish_reason": "length",
                       "matched_stop": None}
@@ -500,7 +590,7 @@ class Handler(BaseHTTPRequestHandler):
                                       "logprobs": None, "finish_reason": None}],
                          "usage": None})
         done = 0
-        for i in st.engine.generate(n_out, n_prompt):
+        for i in st.generate(n_out, n_prompt):
             done = i + 1
             last = done >= n_out
             choice = {"index": 0, "logprobs": None,
