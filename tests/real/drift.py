@@ -192,11 +192,13 @@ def markdown(report):
     lines.append("Real package vs fixtures: %d difference(s). Emulator vs real package: %d, "
                  "%d unexplained." % (len(report["fixture"]), len(report["drift"]), len(report["unexplained"])))
     lines += ["", "## Figures", ""] + ["- %s: %s" % kv for kv in sorted(report["figures"].items())]
-    for title, entries in (("Real package vs fixtures", report["fixture"]), ("Emulator vs real package", report["drift"])):
-        lines += ["", "## " + title, "", "| difference | real / fixture | emulator / real | reason |", "|---|---|---|---|"]
+    tables = (("Real package vs fixtures (each fails the stage)", "fixture", "real", report["fixture"]),
+              ("Emulator vs real package", "real", "emulator", report["drift"]))
+    for title, left, right, entries in tables:
+        lines += ["", "## " + title, "", "| difference | %s | %s | reason |" % (left, right), "|---|---|---|---|"]
         for e in entries:
             lines.append("| %s | %s | %s | %s |" % (e["key"], _cell(e["expected"]), _cell(e["got"]),
-                                                   e.get("reason") or "**unexplained**"))
+                                                   e.get("reason") or ("fails" if left == "fixture" else "**unexplained**")))
     return "\n".join(lines) + "\n"
 
 
