@@ -21,6 +21,21 @@ import re
 import shlex
 
 RELEASE_RE = re.compile(r"[0-9][0-9A-Za-z.+-]*")  # whole string (fullmatch): no trailing newline
+NAME_RE = re.compile(r"[0-9A-Za-z][0-9A-Za-z._+-]*")
+#: Names under the venv root that are not venvs.
+RESERVED_NAMES = ("current", "wheelhouse")
+
+#: Measured size (MiB, ``du -sm`` of the venv) of each release's venv when pip installs
+#: ``sglang==<release>`` with its dependencies from the package index, on Debian 12 x86_64
+#: with Python 3.11 (the real-release stage, ``scripts/test real``, measures it again and
+#: fails when it grew by more than :data:`VENV_MIB_SLACK`). The venv role refuses a new
+#: venv of such a release when the venv root has less room than this. The one place the
+#: number lives.
+VENV_MIB = {
+    "0.5.23": 10486,  # measured 2026-12-01: torch 2.14.1 (CUDA 13), 207 wheels
+}
+#: How much the measured size may grow before the real-release stage asks for a new number.
+VENV_MIB_SLACK = 0.10
 
 # pip options for local wheels: the wheel replaces whatever the packages pulled in, and
 # pip neither resolves nor downloads anything for it.
@@ -32,6 +47,38 @@ _PIP = ("-m", "pip", "install", "--disable-pip-version-check")
 def valid_release(release):
     """Whether ``release`` is a version such as 0.5.9 (safe as a directory name)."""
     return isinstance(release, str) and bool(RELEASE_RE.fullmatch(release))
+
+
+def valid_name(name):
+    """Whether ``name`` may name a venv directory under the root (not ``current``)."""
+    return (isinstance(name, str) and bool(NAME_RE.fullmatch(name))
+            and name not in RESERVED_NAMES)
+
+
+def required_mib(release, packages):
+    """The room (MiB) a new venv of ``release`` needs, or None when it is not known.
+
+    Known only when ``packages`` install the release itself (``sglang==<release>``, extras
+    allowed) and its venv was measured (:data:`VENV_MIB`); wheels alone (a test double)
+    are not checked.
+    """
+    size = VENV_MIB.get(release)
+    if not size:
+        return None
+    wanted = re.compile(r"sglang(\[[^\]]*\])?==%s$" % re.escape(release))
+    if not any(wanted.match(str(p).replace(" ", "")) for p in packages or ()):
+        return None
+    return size
+
+
+def disk_refusal(release, venv, need_mib, free_mib, where):
+    """The refusal when ``free_mib`` at ``where`` is less than ``need_mib``, else None."""
+    if need_mib is None or free_mib >= need_mib:
+        return None
+    return ("SGLang %s: the venv %s needs %d MiB (the measured size of the release's venv) and "
+            "%s has %d MiB free; nothing was installed (free %d MiB more, or set "
+            "venv_disk_check to false)" % (release, venv, need_mib, where, free_mib,
+                                           need_mib - free_mib))
 
 
 def split_args(extra_args):

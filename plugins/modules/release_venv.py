@@ -13,8 +13,11 @@ short_description: One Python virtualenv per SGLang release, installed once
 version_added: 0.1.0
 author: gpufleet developers (@gpufleet)
 description:
-  - Keeps C(<root>/<release>) a virtualenv that holds O(packages) and O(wheels), and
-    optionally points C(<root>/current) at it.
+  - Keeps C(<root>/<name>) (O(name) defaults to O(release)) a virtualenv that holds
+    O(packages) and O(wheels), and optionally points C(<root>/current) at it.
+  - Before it creates a venv that installs the release itself (C(sglang==<release>) in
+    O(packages)), it checks that O(root) has room for the release's measured venv size and
+    refuses, naming both numbers, when it has not (O(disk_check)).
   - The venv records what was installed into it in C(gpufleet-installed.txt), namely the
     packages, the sha256 of every wheel and pip's extra arguments. When that record equals what is
     wanted and the venv's interpreter exists, nothing runs on the host (no pip, no Python)
@@ -45,10 +48,25 @@ options:
     default: /opt/sglang
   release:
     description:
-      - SGLang release the venv holds, e.g. C(0.5.9). The venv is C(<root>/<release>).
+      - SGLang release the venv holds, e.g. C(0.5.9). The venv is C(<root>/<release>)
+        unless O(name) is given.
       - Must match C(^[0-9][0-9A-Za-z.+-]*$).
     type: str
     required: true
+  name:
+    description:
+      - Directory of the venv under O(root); defaults to O(release).
+      - Two builds of one release on a host (the real package beside a test double) need
+        two names. Must match C(^[0-9A-Za-z][0-9A-Za-z._+-]*$) and not be C(current) or
+        C(wheelhouse).
+    type: str
+  disk_check:
+    description:
+      - Refuse to create a venv of a release whose measured size (the collection's table,
+        C(plugins/module_utils/_venv.py) C(VENV_MIB)) is more than O(root) has free. Only
+        checked when O(packages) pin C(sglang==<release>) and the venv does not exist yet.
+    type: bool
+    default: true
   packages:
     description: Requirements pip installs into the venv (pinned), e.g. C(sglang==0.5.9).
     type: list
@@ -186,10 +204,13 @@ import tempfile
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _command
 from ansible_collections.gpufleet.sglang.plugins.module_utils._venv import (
+    disk_refusal,
     needs_install,
     pip_argv,
+    required_mib,
     requirements_text,
     tail,
+    valid_name,
     valid_release,
     venv_argv,
 )
@@ -284,6 +305,15 @@ def _install(module, release, venv, python, params, wheel_paths):
                           stderr_tail=tail(result.stderr))
 
 
+def free_mib(path):
+    """(MiB free for an unprivileged user at ``path`` or its nearest existing parent, that path)."""
+    where = os.path.abspath(path)
+    while not os.path.exists(where) and os.path.dirname(where) != where:
+        where = os.path.dirname(where)
+    stat = os.statvfs(where)
+    return stat.f_bavail * stat.f_frsize // (1024 * 1024), where
+
+
 def missing_system_packages(module, names):
     """The Debian packages of ``names`` that dpkg does not list as installed.
 
@@ -334,6 +364,8 @@ def main():
         argument_spec=dict(
             root=dict(type="path", default="/opt/sglang"),
             release=dict(type="str", required=True),
+            name=dict(type="str"),
+            disk_check=dict(type="bool", default=True),
             packages=dict(type="list", elements="str", default=[]),
             wheels=dict(type="list", elements="path", default=[]),
             pip_extra_args=dict(type="str", default=""),
@@ -354,8 +386,12 @@ def main():
     if params["timeout"] < 0:
         module.fail_json(msg="timeout must be 0 (no bound) or positive (got %d)" % params["timeout"])
 
+    name = params["name"] if params["name"] is not None else release
+    if params["name"] is not None and not valid_name(name):
+        module.fail_json(msg="venv_name must be a directory name such as 0.5.9 or 0.5.9-emulator, "
+                             "not current or wheelhouse (got %s, release %s)" % (name[:80], release))
     root = params["root"]
-    venv = os.path.join(root, release)
+    venv = os.path.join(root, name)
     python = os.path.join(venv, "bin", "python")
     wheel_paths = [os.path.abspath(path) for path in params["wheels"]]
 
@@ -399,6 +435,13 @@ def main():
                   would_install=would_install, requirements=wanted,
                   link=venv if link_moves else link_before,
                   missing_packages=[], missing_wheels=[], package_manager=None)
+    need = required_mib(release, params["packages"]) if params["disk_check"] else None
+    if would_install and need is not None and not python_exists:
+        free, where = free_mib(root)
+        refusal = disk_refusal(release, venv, need, free, where)
+        if refusal:
+            module.fail_json(msg=refusal, required_mib=need, free_mib=free, **result)
+
     if module.check_mode:
         module.exit_json(**result)
 

@@ -16,6 +16,9 @@ the collection root, as ``molecule test -s <name>`` by hand does.
 The deploy scenario keeps its fleet (``--destroy=never``) so that the module tests of
 ``tests/integration/test_fleet_modules.py`` run against it next; they destroy it.
 
+The ``real-release`` scenario (the real SGLang package, several GB) is opt-in: it is
+skipped unless ``GPUFLEET_REAL=1`` (``scripts/test real``).
+
 Each scenario's whole output goes to ``.cache/logs/molecule-<name>.log``; a failure shows
 its last 150 lines. Run with GPUFLEET_INTEGRATION=1 (``scripts/test molecule`` sets it).
 """
@@ -30,6 +33,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 BIN = os.path.dirname(sys.executable)
 LOGS = os.path.join(ROOT, ".cache", "logs")  # one log per scenario, the whole output
 KEEP_FLEET = {"deploy"}  # the fleet the module tests use next
+# Opt-in scenarios: run only when their stage asks for them (scripts/test real sets
+# GPUFLEET_REAL=1); the default run and .ci/run skip them.
+OPT_IN = {"real-release": "GPUFLEET_REAL"}
 
 pytestmark = [
     pytest.mark.integration,
@@ -42,6 +48,8 @@ pytestmark = [
 
 def test_scenario(molecule_scenario):
     name = molecule_scenario.name
+    if name in OPT_IN and os.environ.get(OPT_IN[name]) != "1":
+        pytest.skip("opt-in scenario %s: run it with scripts/test real (%s=1)" % (name, OPT_IN[name]))
     assert (molecule_scenario.parent_directory / "molecule" / name / "molecule.yml").is_file()
     molecule = [sys.executable, "-m", "molecule"]
     env = dict(os.environ, PATH="%s:%s" % (BIN, os.environ.get("PATH", "")), NO_COLOR="1")

@@ -147,3 +147,31 @@ def test_tail():
     assert tail(text, lines=3) == "line 97\nline 98\nline 99"
     assert tail("", lines=3) == ""
     assert len(tail("x" * 10000, chars=50)) == 50
+
+
+# --- issue 27 ------------------------------------------------------------------------------
+
+def test_venv_names():
+    from ansible_collections.gpufleet.sglang.plugins.module_utils._venv import valid_name
+    assert valid_name("0.5.23") and valid_name("0.5.23-emulator")
+    for bad in ("current", "wheelhouse", "", "-x", "a/b", "..", "x\n", None):
+        assert not valid_name(bad), bad
+
+
+def test_required_room_is_the_measured_size_of_the_release_itself():
+    from ansible_collections.gpufleet.sglang.plugins.module_utils import _venv
+    size = _venv.VENV_MIB["0.5.23"]
+    assert isinstance(size, int) and size > 1000  # several GB, measured by scripts/test real
+    assert _venv.required_mib("0.5.23", ["sglang==0.5.23"]) == size
+    assert _venv.required_mib("0.5.23", ["sglang[all] == 0.5.23"]) == size
+    assert _venv.required_mib("0.5.23", []) is None  # wheels only: a test double
+    assert _venv.required_mib("0.5.23", ["sglang==0.5.9"]) is None
+    assert _venv.required_mib("0.4.6.post5", ["sglang==0.4.6.post5"]) is None  # not measured
+
+
+def test_the_refusal_names_both_numbers():
+    from ansible_collections.gpufleet.sglang.plugins.module_utils._venv import disk_refusal
+    assert disk_refusal("0.5.23", "/opt/sglang/0.5.23", 100, 100, "/opt") is None
+    assert disk_refusal("0.5.23", "/opt/sglang/0.5.23", None, 0, "/opt") is None
+    msg = disk_refusal("0.5.23", "/opt/sglang/0.5.23", 9000, 1234, "/opt")
+    assert "9000 MiB" in msg and "1234 MiB free" in msg and "0.5.23" in msg and "/opt" in msg

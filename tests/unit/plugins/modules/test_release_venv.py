@@ -443,7 +443,68 @@ def test_docs_match_argument_spec():
         assert "%s=dict(type=\"%s\"" % (name, option["type"]) in source, name
     assert set(doc["options"]) == {"root", "release", "packages", "wheels", "pip_extra_args",
                                    "python", "link_current", "timeout", "system_packages",
-                                   "wheel_checksums"}
+                                   "wheel_checksums", "name", "disk_check"}
     ret = yaml.safe_load(release_venv.RETURN)
     assert set(ret) == {"python", "venv", "installed", "would_install", "requirements", "link",
                         "missing_packages", "missing_wheels", "package_manager"}
+
+
+# --- issue 27: a venv name of its own, and the disk check against the measured size -------
+
+
+def test_a_named_venv_lives_beside_the_release(host, run_module):
+    result, failed = run_module(release_venv, host.args(release="0.5.23", name="0.5.23-emulator",
+                                                        packages=["sglang==0.5.23"], disk_check=False))
+    assert not failed, result
+    assert result["venv"] == str(host.root / "0.5.23-emulator")
+    assert (host.root / "0.5.23-emulator" / "gpufleet-installed.txt").is_file()
+    assert not (host.root / "0.5.23").exists()
+
+
+@pytest.mark.parametrize("name", ["current", "wheelhouse", "../x", "a/b", ""])
+def test_a_name_that_is_no_venv_directory_is_refused(host, commands, run_module, name):
+    result, failed = run_module(release_venv, host.args(name=name))
+    assert failed
+    assert "venv_name" in result["msg"] and "0.5.9" in result["msg"]
+    assert host.calls == []
+
+
+def _measured(monkeypatch, mib):
+    from ansible_collections.gpufleet.sglang.plugins.module_utils import _venv
+    monkeypatch.setitem(_venv.VENV_MIB, "0.5.9", mib)
+
+
+def test_too_little_room_refuses_with_both_numbers_and_installs_nothing(host, monkeypatch, run_module):
+    _measured(monkeypatch, 10 ** 9)  # about a petabyte: more than any test disk has
+    result, failed = run_module(release_venv, host.args())
+    assert failed
+    assert "needs 1000000000 MiB" in result["msg"]
+    assert "MiB free" in result["msg"] and "0.5.9" in result["msg"]
+    assert result["required_mib"] == 10 ** 9
+    assert 0 <= result["free_mib"] < 10 ** 9
+    assert "%d MiB free" % result["free_mib"] in result["msg"]
+    assert host.calls == []  # no venv, no pip
+    assert not host.venv().exists()
+
+
+def test_enough_room_installs_and_the_check_can_be_turned_off(host, monkeypatch, run_module):
+    _measured(monkeypatch, 1)
+    result, failed = run_module(release_venv, host.args())
+    assert not failed, result
+    assert result["installed"] is True
+    _measured(monkeypatch, 10 ** 9)
+    result, failed = run_module(release_venv, host.args(root=str(host.tmp / "other"), disk_check=False))
+    assert not failed, result
+    assert result["installed"] is True
+
+
+def test_the_disk_check_is_only_for_the_release_itself_on_a_new_venv(host, monkeypatch, run_module):
+    _measured(monkeypatch, 10 ** 9)
+    # wheels alone (a test double) are not the release's measured venv
+    wheel = host.wheel()
+    result, failed = run_module(release_venv, host.args(packages=[], wheels=[wheel]))
+    assert not failed, result
+    # an existing venv (a reinstall in place) is not refused either
+    result, failed = run_module(release_venv, host.args(packages=["sglang==0.5.9", "extra==1"],
+                                                        wheels=[wheel]))
+    assert not failed, result
