@@ -10,12 +10,18 @@ __metaclass__ = type
 
 import base64
 import json
-import time
 
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _waiter
 
 display = Display()
+
+
+def finished(status):
+    """The model wait's readiness predicate: async_status says the job ended (or failed
+    before it could say so)."""
+    return bool(status.get("finished") or status.get("failed") and "finished" not in status)
 
 
 class ActionModule(ActionBase):
@@ -50,21 +56,23 @@ class ActionModule(ActionBase):
         interval = float(args.get("interval", 10))
         timeout = float(args.get("timeout", 86400))
         host = task_vars.get("inventory_hostname")
-        started = time.time()
         lines = []
-        while True:
+
+        def poll():
             status = self._status(jid, task_vars)
-            if status.get("finished") or status.get("failed") and "finished" not in status:
-                break
-            progress = self._progress(path, task_vars) if path else None
-            if progress:
-                line = "%s: %s" % (host, progress.get("line"))
-                lines.append(line)
-                display.display("model transfer " + line)
-            if time.time() - started > timeout:
-                return dict(result, failed=True, progress=lines,
-                            msg="the transfer on %s ran longer than %ds" % (host, timeout))
-            time.sleep(interval)
+            if not finished(status):
+                progress = self._progress(path, task_vars) if path else None
+                if progress:
+                    line = "%s: %s" % (host, progress.get("line"))
+                    lines.append(line)
+                    display.display("model transfer " + line)
+            return status
+
+        done = _waiter.wait(poll, finished, timeout=timeout, interval=interval)
+        if not done.ok:
+            return dict(result, failed=True, progress=lines,
+                        msg="the transfer on %s ran longer than %ds" % (host, timeout))
+        status = done.value
         status.pop("invocation", None)
         for key in ("ansible_job_id", "started", "finished", "results_file", "stdout",
                     "stderr", "erased"):

@@ -30,7 +30,7 @@ __metaclass__ = type
 import json
 import time
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _version
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _version, _waiter
 from ansible_collections.gpufleet.sglang.plugins.module_utils._status import scheduler_metrics
 
 PACKAGES = ("smg", "sglang-router")
@@ -264,13 +264,8 @@ class Router(object):
 def wait_for(condition, timeout, interval, clock=time.monotonic, sleep=time.sleep):
     """Poll ``condition()`` (truthy result ends) until ``timeout`` s; returns
     ``(result, elapsed)`` with the last result (falsy on a timeout)."""
-    start = clock()
-    while True:
-        result = condition()
-        elapsed = clock() - start
-        if result or elapsed >= timeout:
-            return result, round(elapsed, 3)
-        sleep(interval)
+    done = _waiter.wait(condition, timeout=timeout, interval=interval, clock=clock, sleep=sleep)
+    return done.value, done.elapsed
 
 
 def take_out(router, urls, min_serving, timeout, interval, **clock):

@@ -37,10 +37,10 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import hashlib
 import json
 import os
 
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _files
 from ansible_collections.gpufleet.sglang.plugins.module_utils._command import run
 from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_probe import (
     help_env,
@@ -240,7 +240,7 @@ def cache_path(cache_dir, fp, argv, gpu):
     """Per release fingerprint, exact argv and GPU model (name, count, cc, memory)."""
     seed = json.dumps([fp, list(argv), gpu.get("name"), int(gpu["count"]),
                        [int(x) for x in gpu["cc"]], int(gpu["memory_mib"])])
-    return os.path.join(cache_dir, "server-args-%s.json" % hashlib.sha1(seed.encode("utf-8")).hexdigest())
+    return os.path.join(cache_dir, "server-args-%s.json" % _files.digest_bytes(seed, "sha1"))
 
 
 class GateError(Exception):
