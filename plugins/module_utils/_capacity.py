@@ -45,7 +45,6 @@ __metaclass__ = type
 
 import math
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _version
 from ansible_collections.gpufleet.sglang.plugins.module_utils._capacity_model import (
     GIB,
     CannotPlan,
@@ -54,6 +53,7 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils._capacity_model im
     spec_from_config,
 )
 from ansible_collections.gpufleet.sglang.plugins.module_utils._strategy import gpus_needed
+from ansible_collections.gpufleet.sglang.plugins.module_utils._version import release as release_numbers
 
 __all__ = [
     "CannotPlan", "ModelSpec", "load_model", "spec_from_config", "GIB", "MIB",
@@ -164,13 +164,13 @@ def default_mem_fraction_static(gpu_memory_mib, tp=1, pp=1, mla=True, release=No
 
 
 def _release_numbers(release):
-    """The release numbers of ``release`` as ``_version`` reads them (``0.5.3rc0`` is a
+    """The release numbers of ``release`` as ``_version.release`` reads them (``0.5.3rc0`` is a
     pre-release of 0.5.3: ``(0, 5, 3)``); None when no release is named. Text that is no
     version is refused, naming it."""
     if not release:
         return None
     try:
-        return _version.release(release)
+        return release_numbers(release)
     except ValueError:
         raise CannotPlan("cannot plan for sglang_release=%r: it is not a release number "
                          "(e.g. 0.5.9)" % (release,))
