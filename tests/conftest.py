@@ -55,7 +55,7 @@ def _stage_of(item):
         stage = _CHECKS.get(name, name)
         return (2 if stage == "sanity" else 1, stage)
     if path == "tests/stages/test_molecule.py":
-        scenario = item.callspec.params["molecule_scenario"].name if hasattr(item, "callspec") else name
+        scenario = item.callspec.params["scenario"] if hasattr(item, "callspec") else name
         if scenario == "deploy":
             return (3, "molecule-deploy")
         if scenario in SCENARIO_ORDER:
