@@ -15,38 +15,10 @@ from ansible_collections.gpufleet.sglang.plugins.modules import server_flags
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "sglang-help")
 
-# The fake interpreter: answers the release query (-c ...) from state.json and prints a
-# fixture help text for "-m sglang.launch_server --help", appending a line to
-# help-count.txt each time.
-FAKE = r'''#!{python}
-import json, os, sys
-here = os.path.dirname(os.path.abspath(__file__))
-with open(os.path.join(here, "state.json")) as f:
-    state = json.load(f)
-args = sys.argv[1:]
-if args[:1] == ["-c"]:
-    if state.get("query_rc"):
-        sys.stderr.write("ModuleNotFoundError: No module named 'sglang'\n")
-        sys.exit(state["query_rc"])
-    print(json.dumps({{"version": state["version"], "dist_info": state["dist_info"],
-                      "record_sha256": state["record_sha256"], "python": "3.11.7"}}))
-    sys.exit(0)
-if args[:3] == ["-m", "sglang.launch_server", "--help"]:
-    with open(os.path.join(here, "help-count.txt"), "a") as f:
-        f.write("COLUMNS=%s\n" % os.environ.get("COLUMNS"))
-    if state.get("help_sleep"):
-        import time
-        time.sleep(state["help_sleep"])
-    if state.get("help_rc"):
-        sys.stderr.write("Traceback (most recent call last):\nImportError: boom\n")
-        sys.exit(state["help_rc"])
-    with open(state["help_file"]) as f:
-        sys.stdout.write(f.read())
-    sys.stderr.write("UserWarning: noise on stderr\n")
-    sys.exit(0)
-sys.stderr.write("unexpected args %r\n" % (args,))
-sys.exit(3)
-'''
+# The one fake SGLang interpreter of the module tests (tests/fakes/venv-python).
+FAKES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "fakes")
+with open(os.path.join(FAKES_DIR, "venv-python"), encoding="utf-8") as _handle:
+    FAKE = "#!" + sys.executable + "\n" + _handle.read().split("\n", 1)[1]
 
 
 class Fake:
@@ -54,7 +26,7 @@ class Fake:
         self.dir = tmp_path / "venv" / "bin"
         self.dir.mkdir(parents=True)
         self.python = self.dir / "python"
-        self.python.write_text(FAKE.format(python=sys.executable))
+        self.python.write_text(FAKE)
         self.python.chmod(self.python.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
         self.counter = self.dir / "help-count.txt"
         self.cache_dir = tmp_path / "cache"
@@ -63,6 +35,7 @@ class Fake:
             "dist_info": "sglang-%s.dist-info" % version,
             "record_sha256": "a" * 64,
             "help_file": help_file or os.path.join(FIXTURES, "sglang-%s.txt" % version),
+            "help_stderr": "UserWarning: noise on stderr\n",
         }
         self.save()
 

@@ -21,37 +21,10 @@ from ansible_collections.gpufleet.sglang.plugins.modules import server_preflight
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURES = os.path.join(HERE, "..", "..", "..", "fixtures")
 
-FAKE = r'''#!{python}
-import json, os, sys
-here = os.path.dirname(os.path.abspath(__file__))
-with open(os.path.join(here, "state.json")) as f:
-    state = json.load(f)
-args = sys.argv[1:]
-if args[:1] == ["-c"] and "GPUFLEET-GATE" in args[1]:
-    req = json.loads(args[2])
-    with open(os.path.join(here, "gate-calls.txt"), "a") as f:
-        f.write(json.dumps(req) + "\n")
-    answer = dict(state.get("gate") or {{"verdict": "ok", "asked": {{}}, "derived": {{}}}})
-    answer["argv"] = req["argv"]
-    print("GPUFLEET-GATE " + json.dumps(answer))
-    sys.exit(0)
-if args[:1] == ["-c"]:
-    print(json.dumps({{"version": state["version"], "dist_info": "sglang-x.dist-info",
-                      "record_sha256": "a" * 64, "python": "3.11.7"}}))
-    sys.exit(0)
-if args[:2] == ["-m", "sglang.launch_server"] and args[-1] == "--help":
-    with open(os.path.join(here, "help-calls.txt"), "a") as f:
-        f.write(json.dumps(args[2:-1]) + "\n")
-    bad = state.get("refuse")
-    if bad and bad in args:
-        sys.stderr.write("usage: launch_server.py [-h] ...\n")
-        sys.stderr.write("launch_server.py: error: argument %s: invalid int value: 'x'\n" % bad)
-        sys.exit(2)
-    with open(state["help_file"]) as f:
-        sys.stdout.write(f.read())
-    sys.exit(0)
-sys.exit(3)
-'''
+# The one fake SGLang interpreter of the module tests (tests/fakes/venv-python).
+FAKES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "fakes")
+with open(os.path.join(FAKES_DIR, "venv-python"), encoding="utf-8") as _handle:
+    FAKE = "#!" + sys.executable + "\n" + _handle.read().split("\n", 1)[1]
 
 
 class Host:
@@ -59,7 +32,7 @@ class Host:
         self.bin = tmp_path / "venv" / "bin"
         self.bin.mkdir(parents=True)
         self.python = self.bin / "python"
-        self.python.write_text(FAKE.format(python=sys.executable))
+        self.python.write_text(FAKE)
         self.python.chmod(self.python.stat().st_mode | stat.S_IXUSR)
         self.state = {"version": version,
                       "help_file": os.path.join(FIXTURES, "sglang-help", "sglang-%s.txt" % version)}
