@@ -22,7 +22,14 @@ if not os.path.islink(LINK):
 if TREE not in sys.path:
     sys.path.insert(0, TREE)
 
-FIXTURES = os.path.join(ROOT, "tests", "fixtures")
+FIXTURES = os.path.join(ROOT, "tests", "fixtures")  # = tests/paths.py's FIXTURES
+
+
+@pytest.fixture
+def fixtures_dir():
+    """The tests' fixtures directory (tests/fixtures); module-level code imports
+    ``ansible_collections.gpufleet.sglang.tests.paths.FIXTURES`` instead."""
+    return FIXTURES
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -16,10 +16,11 @@ import pytest
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _capacity as cap
 from ansible_collections.gpufleet.sglang.plugins.module_utils._capacity_model import load_model
 from ansible_collections.gpufleet.sglang.plugins.module_utils._strategy import parse_strategy
+from ansible_collections.gpufleet.sglang.tests.paths import FIXTURES as _FIXTURES
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", "..", "..", ".."))
-with open(os.path.join(ROOT, "tests", "fixtures", "server-args", "server-args.json")) as _handle:
+with open(os.path.join(_FIXTURES, "server-args", "server-args.json")) as _handle:
     FIXTURE = json.load(_handle)
 
 # the cases whose flags the planner knows (strategies; no extra launch flags)

@@ -13,15 +13,16 @@ import pytest
 
 
 from ansible_collections.gpufleet.sglang.plugins.modules import capacity_plan
+from ansible_collections.gpufleet.sglang.tests.paths import FIXTURES as _FIXTURES
 
-MODELS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "models")
+MODELS = os.path.join(_FIXTURES, "models")
 RTX = 97887
 
 
 
 @pytest.fixture
-def k25_dir(tmp_path):
-    shutil.copy(os.path.join(MODELS, "moonshotai__Kimi-K2.5", "config.json"), str(tmp_path))
+def k25_dir(tmp_path, fixtures_dir):
+    shutil.copy(os.path.join(fixtures_dir, "models", "moonshotai__Kimi-K2.5", "config.json"), str(tmp_path))
     return str(tmp_path)
 
 

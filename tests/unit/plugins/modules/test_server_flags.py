@@ -12,8 +12,9 @@ import pytest
 
 
 from ansible_collections.gpufleet.sglang.plugins.modules import server_flags
+from ansible_collections.gpufleet.sglang.tests.paths import FIXTURES as _FIXTURES
 
-FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "sglang-help")
+FIXTURES = os.path.join(_FIXTURES, "sglang-help")
 
 # The one fake SGLang interpreter of the module tests (tests/fakes/venv-python).
 FAKES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "fakes")

@@ -17,9 +17,10 @@ import pytest
 
 
 from ansible_collections.gpufleet.sglang.plugins.modules import server_preflight
+from ansible_collections.gpufleet.sglang.tests.paths import FIXTURES as _FIXTURES
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-FIXTURES = os.path.join(HERE, "..", "..", "..", "fixtures")
+FIXTURES = _FIXTURES
 
 # The one fake SGLang interpreter of the module tests (tests/fakes/venv-python).
 FAKES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "fakes")
