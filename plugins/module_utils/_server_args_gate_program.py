@@ -19,7 +19,18 @@ passes its source to ``python -c``). Imported, it does nothing: all of it runs u
 # pylint: disable=missing-class-docstring,multiple-imports,ungrouped-imports
 
 if __name__ == "__main__":
-    import argparse, dataclasses, json, logging, os, stat, sys, tempfile, time, traceback, types, warnings
+    import argparse
+    import dataclasses
+    import json
+    import logging
+    import os
+    import stat
+    import sys
+    import tempfile
+    import time
+    import traceback
+    import types
+    import warnings
     req = json.loads(sys.argv[1])
     gpu = req["gpu"]
     started = time.time()
@@ -38,32 +49,49 @@ if __name__ == "__main__":
     if stubs:
         # capture only (tests/fixtures/server-args): GPU kernel packages that cannot load
         # without a driver; on a host the real ones are imported.
-        import importlib.abc, importlib.machinery
+        import importlib.abc
+        import importlib.machinery
+
         class _Meta(type):
             def __getattr__(cls, name):
                 if name.startswith("__"):
                     raise AttributeError(name)
                 return _Any
+
         class _Any(metaclass=_Meta):
-            def __init__(self, *a, **k): pass
-            def __call__(self, *a, **k): return _Any()
-            def __getattr__(self, name): return _Any()
-            def __bool__(self): return False
-            def __iter__(self): return iter(())
+            def __init__(self, *a, **k):
+                pass
+
+            def __call__(self, *a, **k):
+                return _Any()
+
+            def __getattr__(self, name):
+                return _Any()
+
+            def __bool__(self):
+                return False
+
+            def __iter__(self):
+                return iter(())
+
         class _StubModule(types.ModuleType):
             def __getattr__(self, name):
                 if name.startswith("__"):
                     raise AttributeError(name)
                 return _Any
+
         class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             def find_spec(self, name, path=None, target=None):
                 if name.split(".")[0] in stubs:
                     return importlib.machinery.ModuleSpec(name, self, is_package=True)
+
             def create_module(self, spec):
                 m = _StubModule(spec.name)
                 m.__path__ = []
                 return m
-            def exec_module(self, module): pass
+
+            def exec_module(self, module):
+                pass
         sys.meta_path.insert(0, _Finder())
     try:
         import torch
@@ -71,6 +99,7 @@ if __name__ == "__main__":
         torch = None
     if stubs and torch is not None:
         _register_fake = torch.library.register_fake
+
         def _fake(op, *a, **k):
             if isinstance(op, str) and op.split("::")[0] in stubs:
                 return a[0] if a and callable(a[0]) else (lambda f: f)
@@ -98,12 +127,14 @@ if __name__ == "__main__":
     # every record a logger handles, whatever handlers the release configures (0.5.23
     # reconfigures the root logger while it resolves)
     _logger_handle = logging.Logger.handle
+
     def _handle(self, r):
         if recording and r.levelno >= logging.WARNING:
             records.append({"level": r.levelname, "where": "%s:%d" % (
                 r.pathname.split("site-packages/")[-1], r.lineno), "msg": r.getMessage()})
         return _logger_handle(self, r)
     logging.Logger.handle = _handle
+
     def showwarning(message, category, filename, lineno, file=None, line=None):
         if recording:
             records.append({"level": category.__name__, "where": "%s:%d" % (
@@ -114,6 +145,7 @@ if __name__ == "__main__":
     import_s = time.time() - t0
     out = {"argv": req["argv"], "torch": getattr(torch, "__version__", None), "stubbed_cuda_version": stubbed_cuda_version,
            "import_seconds": round(import_s, 2)}
+
     def pick(d):
         res = {}
         for k in req["keys"]:
@@ -171,4 +203,4 @@ if __name__ == "__main__":
     out["seconds"] = round(time.time() - started, 2)
     import shutil
     shutil.rmtree(shim, ignore_errors=True)
-    print("GPUFLEET-GATE " + json.dumps(out, sort_keys=True, default=str))
+    print("GPUFLEET-GATE " + json.dumps(out, sort_keys=True, default=str))  # pylint: disable=ansible-bad-function

@@ -53,27 +53,23 @@ def _strings(node):
         for key, value in node.items():
             if key in ("block", "rescue", "always", "tasks", "pre_tasks", "post_tasks", "handlers"):
                 continue  # their tasks are visited on their own
-            for text in _strings(value):
-                yield text
+            yield from _strings(value)
     elif isinstance(node, list):
         for item in node:
-            for text in _strings(item):
-                yield text
+            yield from _strings(item)
 
 
 def _tasks(node):
     """Every task and play (a mapping with a name) of a YAML document, nested ones too."""
     if isinstance(node, list):
         for item in node:
-            for task in _tasks(item):
-                yield task
+            yield from _tasks(item)
     elif isinstance(node, dict):
         if "name" in node:
             yield node
         for key in ("block", "rescue", "always", "tasks", "pre_tasks", "post_tasks", "handlers"):
             if key in node:
-                for task in _tasks(node[key]):
-                    yield task
+                yield from _tasks(node[key])
 
 
 def _task_text(text, name):

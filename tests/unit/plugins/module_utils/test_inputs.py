@@ -172,7 +172,10 @@ def test_a_wheel_the_controller_cannot_read_is_named_with_the_release(tmp_path):
     there = tmp_path / "sglang-0.5.9-py3-none-any.whl"
     there.write_bytes(b"PK")
     missing = str(tmp_path / "sglang-0.5.99-py3-none-any.whl")
-    readable = lambda path: path == str(there)  # noqa: E731
+
+    def readable(path):
+        return path == str(there)
+
     assert _inputs.wheel_problems([str(there)], "0.5.9", readable) == []
     assert _inputs.wheel_problems([str(there), missing], "0.5.99", readable) == [
         "venv_wheels: %s is not a readable file on the controller; is there a wheel of "

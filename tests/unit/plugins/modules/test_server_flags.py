@@ -59,7 +59,6 @@ class Fake:
         return args
 
 
-
 BASE = {"--model-path": "/models/k", "--host": "0.0.0.0", "--port": 30000,
         "--served-model-name": "kimi"}
 
@@ -133,8 +132,7 @@ def test_corrupt_cache_is_ignored(tmp_path, run_module):
 
 def test_require_names_missing_flags_and_release(tmp_path, run_module):
     fake = Fake(tmp_path, "0.4.6.post5")
-    result, failed = run_module(server_flags, 
-        fake.args(require=["--tp-size", "--pp-max-micro-batch-size", "--moe-a2a-backend", "--ep-size"]))
+    result, failed = run_module(server_flags, fake.args(require=["--tp-size", "--pp-max-micro-batch-size", "--moe-a2a-backend", "--ep-size"]))
     assert failed
     assert result["missing"] == ["--pp-max-micro-batch-size", "--moe-a2a-backend"]
     assert "--pp-max-micro-batch-size" in result["msg"]
@@ -144,8 +142,7 @@ def test_require_names_missing_flags_and_release(tmp_path, run_module):
 
 def test_require_met_by_alias(tmp_path, run_module):
     fake = Fake(tmp_path, "0.5.23")
-    result, failed = run_module(server_flags, 
-        fake.args(require=["--tensor-parallel-size", "--tp-size", "--attn-dp-size"], return_flags=False))
+    result, failed = run_module(server_flags, fake.args(require=["--tensor-parallel-size", "--tp-size", "--attn-dp-size"], return_flags=False))
     assert not failed, result
     assert result["missing"] == []
     assert "flags" not in result
@@ -227,7 +224,7 @@ def test_failing_release_query_reports_cmd_rc_stderr(tmp_path, run_module):
 
 def test_missing_interpreter(tmp_path, run_module):
     result, failed = run_module(server_flags, {"python": str(tmp_path / "nope" / "python"),
-                                 "cache_dir": str(tmp_path / "c")})
+                                               "cache_dir": str(tmp_path / "c")})
     assert failed and "does not exist" in result["msg"]
 
 

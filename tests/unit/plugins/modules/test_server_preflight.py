@@ -73,7 +73,6 @@ def _free_port():
     return port
 
 
-
 def test_first_run_asks_the_release_twice_a_rerun_never(tmp_path, run_module):
     host = Host(tmp_path)
     first = run_module(server_preflight, host.args())[0]
@@ -152,7 +151,7 @@ def test_an_allowed_misfit_goes_on_with_a_warning(tmp_path, run_module, monkeypa
     warned = []
     monkeypatch.setattr(server_preflight.AnsibleModule, "warn", lambda self, text: warned.append(text))
     result = run_module(server_preflight, host.args(strategy="tp8", extra={"--mem-fraction-static": 0.05},
-                                  allow_unfit=True))[0]
+                                                    allow_unfit=True))[0]
     assert not result.get("failed"), result
     assert any("strategy tp8 does not fit (KV margin" in w for w in warned), warned
     assert "--mem-fraction-static" in result["argv"]
