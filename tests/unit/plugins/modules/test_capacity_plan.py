@@ -142,7 +142,7 @@ def h200_host(monkeypatch):
 
 def test_gpus_from_the_host_when_not_given(k25_dir, h200_host, run_module):
     result, failed = run_module(capacity_plan, {"model_path": k25_dir, "strategies": ["tp8"], "host": "gpu-1",
-                                            "nvidia_smi": h200_host})
+                                                "nvidia_smi": h200_host})
     assert not failed, result
     assert result["gpus"]["count"] == 8 and result["gpus"]["source"] == "detected"
     assert result["gpus"]["memory_mib"] == 143771 and "H200" in result["gpus"]["name"]
@@ -154,7 +154,7 @@ def test_given_gpus_are_a_what_if_with_a_warning(k25_dir, h200_host, run_module,
     warned = []
     monkeypatch.setattr(basic.AnsibleModule, "warn", lambda self, msg: warned.append(msg))
     result, failed = run_module(capacity_plan, {"model_path": k25_dir, "strategies": ["tp8"], "host": "gpu-1",
-                                            "gpu_count": 8, "gpu_memory_mib": RTX, "nvidia_smi": h200_host})
+                                                "gpu_count": 8, "gpu_memory_mib": RTX, "nvidia_smi": h200_host})
     assert not failed, result
     assert result["gpus"]["memory_mib"] == RTX and result["gpus"]["source"] == "inventory"
     assert any("sglang_gpu_memory_mib is 97887, but gpu-1 has 143771 MiB" in w for w in warned)
@@ -162,7 +162,7 @@ def test_given_gpus_are_a_what_if_with_a_warning(k25_dir, h200_host, run_module,
 
 def test_no_gpus_and_no_variables_says_what_to_give(k25_dir, tmp_path, run_module):
     result, failed = run_module(capacity_plan, {"model_path": k25_dir, "strategies": ["tp8"], "host": "laptop",
-                                            "nvidia_smi": str(tmp_path / "no-nvidia-smi")})
+                                                "nvidia_smi": str(tmp_path / "no-nvidia-smi")})
     assert failed
     assert result["msg"].startswith("laptop: sglang_gpu_count and sglang_gpu_memory_mib are not set "
                                     "and no GPUs were read on the host"), result["msg"]
