@@ -22,7 +22,14 @@ if not os.path.islink(LINK):
 if TREE not in sys.path:
     sys.path.insert(0, TREE)
 
-FIXTURES = os.path.join(ROOT, "tests", "fixtures")
+FIXTURES = os.path.join(ROOT, "tests", "fixtures")  # = tests/paths.py's FIXTURES
+
+
+@pytest.fixture
+def fixtures_dir():
+    """The tests' fixtures directory (tests/fixtures); module-level code imports
+    ``ansible_collections.gpufleet.sglang.tests.paths.FIXTURES`` instead."""
+    return FIXTURES
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -55,7 +62,7 @@ def _stage_of(item):
         stage = _CHECKS.get(name, name)
         return (2 if stage == "sanity" else 1, stage)
     if path == "tests/stages/test_molecule.py":
-        scenario = item.callspec.params["molecule_scenario"].name if hasattr(item, "callspec") else name
+        scenario = item.callspec.params["scenario"] if hasattr(item, "callspec") else name
         if scenario == "deploy":
             return (3, "molecule-deploy")
         if scenario in SCENARIO_ORDER:

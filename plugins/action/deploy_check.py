@@ -7,6 +7,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import os
+
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _inputs
@@ -23,6 +25,7 @@ _ARGS = {
     "gpu_memory_mib": "sglang_gpu_memory_mib",
     "release": "sglang_release",
     "model_path": "sglang_model_path",
+    "model_repo": "sglang_model_repo",
     "nnodes": "sglang_nnodes",
     "rollout_batch": "sglang_rollout_batch",
     "venv_release": "venv_release",
@@ -58,6 +61,9 @@ class ActionModule(ActionBase):
         host = task_vars.get("inventory_hostname", "this host")
 
         problems = _inputs.check_fields(values)
+        problems.extend(_inputs.wheel_problems(
+            args.get("venv_wheels"), args.get("release"),
+            lambda path: os.path.isfile(path) and os.access(path, os.R_OK)))
         nnodes = _inputs.nnodes_of(values)
         topology = None
         if nnodes > 1:

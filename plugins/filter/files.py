@@ -7,21 +7,16 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import hashlib
-
 from ansible.errors import AnsibleFilterError
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _files
 
 
 def file_sha1(path):
     """SHA-1 of a file on the controller (what ansible.builtin.stat calls its checksum)."""
-    digest = hashlib.sha1()
     try:
-        with open(path, "rb") as handle:
-            for chunk in iter(lambda: handle.read(1024 * 1024), b""):
-                digest.update(chunk)
+        return _files.digest(path, "sha1")
     except (IOError, OSError) as exc:
         raise AnsibleFilterError("cannot read %s on the controller: %s" % (path, exc))
-    return digest.hexdigest()
 
 
 class FilterModule(object):

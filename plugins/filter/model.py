@@ -17,11 +17,17 @@ DEFAULT_REVISION = "main"
 DEFAULT_ROOT = "/models"
 
 
-def model_dir(repo_id, revision=None, root=None):
-    """The directory the model step places ``repo_id`` at ``revision`` in, on each host."""
+def model_dir(repo_id, revision=None, root=None, invalid=None):
+    """The directory the model step places ``repo_id`` at ``revision`` in, on each host.
+
+    A repo id that is no ``<org>/<name>`` fails, unless ``invalid`` is given: then that is
+    returned, and the check that reads the repo id refuses it in the collection's words
+    (the server role's deploy_check), instead of ansible-core reporting a failed filter."""
     try:
         return model_path(root or DEFAULT_ROOT, repo_id, revision or DEFAULT_REVISION)
     except ModelError as exc:
+        if invalid is not None:
+            return invalid
         raise AnsibleFilterError(str(exc))
 
 

@@ -106,11 +106,6 @@ def router_worker_keys(hosts, groups, hostvars, default_port=30000):
     return out
 
 
-def hosts_with(hosts, hostvars, var):
-    """Those of ``hosts`` on which ``var`` is defined (a registered result, a fact)."""
-    return [h for h in hosts or [] if var in (hostvars.get(h) or {})]
-
-
 def router_removed(results, url):
     """Whether any router's removal (a looped router_worker result) removed ``url``."""
     url = str(url).strip().rstrip("/")
@@ -130,5 +125,4 @@ class FilterModule(object):
             "router_membership_inputs": router_membership_inputs,
             "router_removed": router_removed,
             "router_worker_keys": router_worker_keys,
-            "hosts_with": hosts_with,
         }

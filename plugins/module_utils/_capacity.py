@@ -53,6 +53,7 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils._capacity_model im
     spec_from_config,
 )
 from ansible_collections.gpufleet.sglang.plugins.module_utils._strategy import gpus_needed
+from ansible_collections.gpufleet.sglang.plugins.module_utils._version import release as release_numbers
 
 __all__ = [
     "CannotPlan", "ModelSpec", "load_model", "spec_from_config", "GIB", "MIB",
@@ -138,7 +139,7 @@ def default_mem_fraction_static(gpu_memory_mib, tp=1, pp=1, mla=True, release=No
     """
     gpu = float(gpu_memory_mib)
     chunk, max_bs = _bands(gpu, tp)
-    version = _release_tuple(release)
+    version = _release_numbers(release)
     reserved = 512 + 1.5 * max(chunk, 2048) + 2 * max_bs + tp * pp / 8.0 * 1024
     if version is not None and int(dp_attention) > 1:
         reserved += max_bs * int(dp_attention) * 3
@@ -162,14 +163,17 @@ def default_mem_fraction_static(gpu_memory_mib, tp=1, pp=1, mla=True, release=No
     return fraction, reserved
 
 
-def _release_tuple(release):
+def _release_numbers(release):
+    """The release numbers of ``release`` as ``_version.release`` reads them (``0.5.3rc0`` is a
+    pre-release of 0.5.3: ``(0, 5, 3)``); None when no release is named. Text that is no
+    version is refused, naming it."""
     if not release:
         return None
-    parts = []
-    for piece in str(release).split(".")[:3]:
-        digits = "".join(c for c in piece if c.isdigit())
-        parts.append(int(digits or 0))
-    return tuple(parts)
+    try:
+        return release_numbers(release)
+    except ValueError:
+        raise CannotPlan("cannot plan for sglang_release=%r: it is not a release number "
+                         "(e.g. 0.5.9)" % (release,))
 
 
 def default_pp_partition(num_layers, pp):

@@ -27,13 +27,16 @@ CHUNK = 1 << 20
 GIT_SHA1 = "git-sha1"
 
 
-def write_atomic(path, data, mode=0o644, owner=None):
+def write_atomic(path, data, mode=0o644, owner=None, prefix=None, before_rename=None):
     """Write ``data`` (bytes or text) to ``path`` atomically. ``owner`` is an optional
-    ``(uid, gid)``. Returns ``path``."""
+    ``(uid, gid)``; ``prefix`` names the temporary file (default ``.<name>.``);
+    ``before_rename(tmp)`` runs on the finished temporary file just before the rename (a
+    module sets ownership by name or an SELinux context there). Returns ``path``."""
     if not isinstance(data, bytes):
         data = data.encode("utf-8")
     directory = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".%s." % os.path.basename(path))
+    fd, tmp = tempfile.mkstemp(dir=directory,
+                               prefix=prefix or ".%s." % os.path.basename(path))
     try:
         with os.fdopen(fd, "wb") as handle:
             os.fchmod(handle.fileno(), mode)
@@ -42,6 +45,8 @@ def write_atomic(path, data, mode=0o644, owner=None):
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
+        if before_rename is not None:
+            before_rename(tmp)
         os.rename(tmp, path)
     except BaseException:
         if os.path.lexists(tmp):
@@ -65,7 +70,12 @@ def dumps(data):
     return json.dumps(data, indent=1, sort_keys=True) + "\n"
 
 
-def write_json(path, data, mode=0o644, owner=None):
+def write_json(path, data, mode=0o644, owner=None, makedirs=False):
+    """Write ``data`` as JSON, atomically; ``makedirs`` creates a missing directory (0755)."""
+    if makedirs:
+        directory = os.path.dirname(path)
+        if directory and not os.path.isdir(directory):
+            os.makedirs(directory, 0o755)
     return write_atomic(path, dumps(data), mode=mode, owner=owner)
 
 

@@ -21,7 +21,7 @@ import shutil
 import tempfile
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils._command import CommandResult, run
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _gpu_env as env
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _gpu_env as env, _paths
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _gpu_parse as parse
 from ansible_collections.gpufleet.sglang.plugins.module_utils._gpu_prereqs import (
     evaluate,
@@ -234,7 +234,7 @@ class Prober(object):
 
 
 def doctor(module, python=None, cuda_home=None, nvidia_smi=None, strategy=None, extra_args=None,
-           waive=None, compile_test=True, cache_dir="/var/cache/gpufleet-sglang"):
+           waive=None, compile_test=True, cache_dir=_paths.CACHE_DIR):
     """Probe the host and judge it: the result the doctor module returns."""
     prober = Prober(module)
     facts = prober.gpus(nvidia_smi)

@@ -16,11 +16,11 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import glob
-import hashlib
 import json
 import os
 import re
 
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _files
 from ansible_collections.gpufleet.sglang.plugins.module_utils._version import major_minor
 
 #: Headers FlashInfer's JIT needs in ``$CUDA_HOME/include`` (docs/prereqs.md §5.2:
@@ -191,5 +191,5 @@ def arch_target(cc):
 def compile_cache_path(cache_dir, nvcc, nvcc_version, arch):
     """Marker file that records a successful compile for (nvcc path, version, arch)."""
     key = json.dumps([os.path.realpath(nvcc), nvcc_version, arch, KERNEL_SOURCE])
-    digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:24]
+    digest = _files.digest_bytes(key)[:24]
     return os.path.join(cache_dir, "compile-test", "%s-%s.json" % (arch, digest))

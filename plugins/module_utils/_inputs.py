@@ -22,6 +22,7 @@ __metaclass__ = type
 import json
 import re
 
+from ansible_collections.gpufleet.sglang.plugins.module_utils._model import ModelError, model_path
 from ansible_collections.gpufleet.sglang.plugins.module_utils._strategy import (
     StrategyError,
     gpus_needed,
@@ -101,7 +102,8 @@ def count_problem(name, value, example):
 def _missing(values):
     problems = []
     for key, name, meaning, example in REQUIRED:
-        if is_unset(values.get(key, MISSING)):
+        # a repo id that is set counts even when it is malformed (_model_repo names it)
+        if is_unset(values.get(key, MISSING)) and is_unset(values.get(name, MISSING)):
             problems.append("%s is not set: %s (e.g. %s)" % (name, meaning, example))
     return problems
 
@@ -125,6 +127,36 @@ def _versions(values):
         if not isinstance(value, str) or not _RELEASE.match(value):
             problems.append("%s must be a version such as 0.5.9 (got %s)" % (name, shown(value)))
     return problems
+
+
+def _model_repo(values):
+    """sglang_model_repo, when set, is a Hugging Face repo id ``<org>/<name>`` (the rule of
+    the model directory, ``_model.model_path``)."""
+    value = values.get("sglang_model_repo", MISSING)
+    if is_unset(value):
+        return []
+    try:
+        if not isinstance(value, str):
+            raise ValueError(value)
+        model_path("/", value, None)
+    except (ModelError, ValueError):
+        return ["sglang_model_repo must be a Hugging Face repo id <org>/<name> (got %s), "
+                "e.g. moonshotai/Kimi-K2.5" % shown(value)]
+    return []
+
+
+def wheel_problems(wheels, release, readable):
+    """The wheels of ``venv_wheels`` that ``readable(path)`` says the controller cannot
+    read: one problem each, naming the path and the release (the venv step hashes each
+    wheel on the controller before it copies it)."""
+    if is_unset(wheels):
+        return []
+    if not isinstance(wheels, (list, tuple)) or not all(isinstance(w, str) for w in wheels):
+        return ["venv_wheels must be a list of wheel paths on the controller (got %s)"
+                % shown(wheels)]
+    shown_release = "the default release" if is_unset(release) else "sglang_release %s" % release
+    return ["venv_wheels: %s is not a readable file on the controller; is there a wheel of %s?"
+            % (wheel, shown_release) for wheel in wheels if not readable(wheel)]
 
 
 def _batches(values):
@@ -225,7 +257,7 @@ def _names_and_secrets(values):
 def check_fields(values):
     """Every problem with the single inputs, in a stable order."""
     problems = []
-    for rule in (_missing, _counts, _versions, _batches, _planner, _extra_args, _server,
+    for rule in (_missing, _counts, _versions, _model_repo, _batches, _planner, _extra_args, _server,
                  _names_and_secrets):
         problems.extend(rule(values))
     return problems

@@ -16,20 +16,20 @@ last hashed. That quick check reads no file content. ``deep`` re-hashes everythi
 
 Layout on a host: weights at ``path``, staged at ``staging_path(path)`` (same parent, so
 the final move is one rename). Nothing here imports huggingface_hub: the download itself
-is ``_model_fetch``'s.
+is ``_model_hub``'s (the ``model_fetch`` module drives it).
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import hashlib
-import json
 import os
 import re
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
+
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _files
 
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 MARKER = ".gpufleet-verified.json"
@@ -39,8 +39,7 @@ PROGRESS = ".gpufleet-progress.json"
 PIECES = ".gpufleet-pieces.json"
 OWN_NAMES = (MARKER, MANIFEST, PROGRESS, PIECES, ".cache")
 SHA256 = "sha256"
-GIT_SHA1 = "git-sha1"
-CHUNK = 8 * 1024 * 1024
+GIT_SHA1 = _files.GIT_SHA1
 
 
 class ModelError(Exception):
@@ -122,43 +121,18 @@ def total_bytes(manifest):
     return sum(item["size"] for item in manifest)
 
 
-def read_json(path):
-    try:
-        with open(path) as handle:
-            return json.load(handle)
-    except (OSError, ValueError):
-        return None
-
-
-def write_json(path, data, mode=0o644):
-    tmp = path + ".tmp"
-    with open(tmp, "w") as handle:
-        json.dump(data, handle, indent=1, sort_keys=True)
-        handle.write("\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)
+# JSON files are read and written by the collection's one file helper (_files).
+read_json = _files.read_json
+write_json = _files.write_json
 
 
 # --- hashing ---------------------------------------------------------------------------
 
 def file_digest(path, algo, size=None):
     """sha256 of the content, or the git blob sha1 (``blob <size>\\0`` + content)."""
-    if algo == SHA256:
-        digest = hashlib.sha256()
-    elif algo == GIT_SHA1:
-        digest = hashlib.sha1()
-        digest.update(b"blob %d\0" % (os.path.getsize(path) if size is None else size))
-    else:
+    if algo not in (SHA256, GIT_SHA1):
         raise ModelError("unknown digest algorithm %r: expected sha256 or git-sha1" % algo)
-    with open(path, "rb") as handle:
-        while True:
-            block = handle.read(CHUNK)
-            if not block:
-                break
-            digest.update(block)
-    return digest.hexdigest()
+    return _files.digest(path, algo, size=size)
 
 
 def verify_files(base, entries, workers=4):

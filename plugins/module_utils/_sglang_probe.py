@@ -19,11 +19,10 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import hashlib
 import json
 import os
-import tempfile
 
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _files
 from ansible_collections.gpufleet.sglang.plugins.module_utils._command import run
 from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_help import (
     PARSER_VERSION,
@@ -69,7 +68,7 @@ def check_interpreter(python):
 def fingerprint(info):
     """sha256 over what identifies an installed release."""
     seed = "|".join(str(info.get(k)) for k in ("version", "dist_info", "record_sha256", "python"))
-    return hashlib.sha256(seed.encode("utf-8")).hexdigest()
+    return _files.digest_bytes(seed)
 
 
 def parse_release_query(out):
@@ -105,34 +104,18 @@ def help_cache_path(cache_dir, version, fp, columns):
 
 def verdict_cache_path(cache_dir, fp, argv):
     """The marker of an argparse verdict: per release fingerprint and exact argv."""
-    digest = hashlib.sha1((fp + "\n" + json.dumps(argv)).encode("utf-8")).hexdigest()
+    digest = _files.digest_bytes(fp + "\n" + json.dumps(argv), "sha1")
     return os.path.join(cache_dir, "argparse-ok-%s.json" % digest)
 
 
-def read_json(path):
-    try:
-        with open(path, "r") as handle:
-            return json.load(handle)
-    except (IOError, OSError, ValueError):
-        return None
+read_json = _files.read_json
 
 
 def write_json(path, data):
-    """Write ``data`` atomically; return an error text or None."""
-    directory = os.path.dirname(path)
+    """Write ``data`` atomically (creating the cache directory); return an error text or
+    None."""
     try:
-        if not os.path.isdir(directory):
-            os.makedirs(directory, 0o755)
-        fd, tmp = tempfile.mkstemp(prefix=".gpufleet-", suffix=".tmp", dir=directory)
-        try:
-            with os.fdopen(fd, "w") as handle:
-                json.dump(data, handle, sort_keys=True)
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, path)
-        except Exception:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        _files.write_json(path, data, makedirs=True)
     except (IOError, OSError) as exc:
         return "could not write the cache file %s: %s" % (path, exc)
     return None

@@ -117,6 +117,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes
 
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _files
 from ansible_collections.gpufleet.sglang.plugins.module_utils._bench import (
     BenchError,
     render_json,
@@ -134,11 +135,7 @@ def _write(module, path, data):
     except (IOError, OSError):
         pass
     if not module.check_mode:
-        tmp = "%s.tmp%d" % (path, os.getpid())
-        with open(tmp, "wb") as handle:
-            handle.write(data)
-        os.chmod(tmp, 0o644)
-        module.atomic_move(tmp, path)
+        _files.write_atomic(path, data, mode=0o644)
     return True
 
 

@@ -48,6 +48,11 @@ options:
   model_path:
     description: The fleet's model directory (C(sglang_model_path)).
     type: raw
+  model_repo:
+    description:
+      - The Hugging Face repo id of the model step (C(sglang_model_repo)), C(<org>/<name>).
+      - Set, it stands in for O(model_path) as the required model input.
+    type: raw
   nnodes:
     description: Hosts that form one server (C(sglang_nnodes)).
     type: raw
@@ -71,6 +76,12 @@ options:
   venv_release:
     description: The release the venv holds (C(venv_release)).
     type: raw
+  venv_wheels:
+    description:
+      - Wheels on the controller the venv step installs (C(venv_wheels)).
+      - Each must be a readable file; a missing one is refused naming it and the release.
+    type: list
+    elements: str
   capacity_mem_fraction_static:
     description: The planner's static memory fraction (0 for SGLang's default).
     type: raw

@@ -179,6 +179,7 @@ commands:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _paths
 from ansible_collections.gpufleet.sglang.plugins.module_utils._gpu_doctor import doctor
 
 
@@ -192,7 +193,7 @@ def main():
             nvidia_smi=dict(type="path"),
             waive=dict(type="list", elements="str", default=[]),
             compile_test=dict(type="bool", default=True),
-            cache_dir=dict(type="path", default="/var/cache/gpufleet-sglang"),
+            cache_dir=dict(type="path", default=_paths.CACHE_DIR),
             fail_on_error=dict(type="bool", default=False),
         ),
         supports_check_mode=True,

@@ -21,6 +21,7 @@ description:
     removed and the marker is rewritten without it, so the directory no longer counts as
     verified and the next fetch repairs only that file (from the seed or a peer).
 extends_documentation_fragment:
+  - gpufleet.sglang._model
   - gpufleet.sglang._attributes
 attributes:
   check_mode:
@@ -31,22 +32,10 @@ attributes:
   idempotent:
     support: full
 options:
-  path:
-    description: The model directory.
-    type: path
-    required: true
-  commit:
-    description: The 40-hex commit the directory must hold.
-    type: str
-    required: true
   deep:
     description: Hash every file instead of comparing size and mtime.
     type: bool
     default: false
-  workers:
-    description: Files hashed at the same time.
-    type: int
-    default: 4
 seealso:
   - module: gpufleet.sglang.model_fetch
   - module: gpufleet.sglang.model_resolve
@@ -85,7 +74,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _model
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _model, _model_args
 
 
 def deep_check(module, path, commit, workers):
@@ -112,11 +101,9 @@ def deep_check(module, path, commit, workers):
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(
-            path=dict(type="path", required=True),
-            commit=dict(type="str", required=True),
+        argument_spec=_model_args.args(
+            _model_args.MODEL_DIR_ARGS,
             deep=dict(type="bool", default=False),
-            workers=dict(type="int", default=4),
         ),
         supports_check_mode=True,
     )

@@ -44,6 +44,9 @@ requirements:
   - rsync (for O(source=peer) without O(swarm), and O(source=local))
   - libtorrent (for O(swarm); Debian C(python3-libtorrent))
 extends_documentation_fragment:
+  - gpufleet.sglang._model
+  - gpufleet.sglang._model.hub
+  - gpufleet.sglang._model.progress
   - gpufleet.sglang._attributes
 attributes:
   check_mode:
@@ -54,18 +57,6 @@ attributes:
   idempotent:
     support: full
 options:
-  path:
-    description: The model directory.
-    type: path
-    required: true
-  repo_id:
-    description: The repo, C(<org>/<name>).
-    type: str
-    required: true
-  commit:
-    description: The 40-hex commit.
-    type: str
-    required: true
   manifest:
     description:
       - The files of the commit (C(path), C(size), C(algo), C(digest)), as
@@ -78,18 +69,10 @@ options:
     type: str
     choices: [hub, peer, local]
     default: hub
-  endpoint:
-    description: The Hub or a mirror (C(HF_ENDPOINT)).
-    type: str
-    default: https://huggingface.co
   token:
     description: Hub token; passed to huggingface_hub in memory only, never written.
     type: str
     default: ""
-  xet:
-    description: Let huggingface_hub use Xet storage (false sets C(HF_HUB_DISABLE_XET=1)).
-    type: bool
-    default: false
   peer:
     description: rsync URL of a peer's verified copy, C(rsync://host:port/module/).
     type: str
@@ -104,10 +87,6 @@ options:
   source_path:
     description: Local or NFS directory to copy from (O(source=local)).
     type: path
-  workers:
-    description: Files downloaded or hashed at the same time.
-    type: int
-    default: 4
   free_bytes:
     description: Free bytes to check against instead of the filesystem's (tests).
     type: int
@@ -115,9 +94,6 @@ options:
     description: Only run the quick check and the space check; transfer nothing.
     type: bool
     default: false
-  progress_path:
-    description: File the progress is written to (JSON).
-    type: path
   timeout:
     description: Seconds one rsync may run.
     type: int
@@ -203,8 +179,8 @@ import traceback
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _command, _files, _model
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _model_hub, _swarm
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _swarm_step
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _model_args, _model_hub
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _swarm, _swarm_step
 
 RSYNC_RECEIVED = re.compile(r"Total bytes received:\s*([\d,]+)")
 
@@ -315,22 +291,16 @@ def run_swarm(module, p, staging, manifest, good, missing, result, started):
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(
-            path=dict(type="path", required=True),
-            repo_id=dict(type="str", required=True),
-            commit=dict(type="str", required=True),
+        argument_spec=_model_args.args(
+            _model_args.MODEL_DIR_ARGS, _model_args.HUB_ARGS, _model_args.PROGRESS_ARGS,
             manifest=dict(type="list", elements="dict", required=True),
             source=dict(type="str", default="hub", choices=["hub", "peer", "local"]),
-            endpoint=dict(type="str", default="https://huggingface.co"),
             token=dict(type="str", default="", no_log=True),
-            xet=dict(type="bool", default=False),
             peer=dict(type="str"),
             swarm=dict(type="dict"),
             source_path=dict(type="path"),
-            workers=dict(type="int", default=4),
             free_bytes=dict(type="int"),
             space_only=dict(type="bool", default=False),
-            progress_path=dict(type="path"),
             timeout=dict(type="int", default=86400),
         ),
         required_if=[("source", "local", ["source_path"])],

@@ -26,28 +26,17 @@ description:
     (none when a host of the site is verified already) and the rounds in which every
     verified host serves one more host.
 extends_documentation_fragment:
+  - gpufleet.sglang._model.hub
   - gpufleet.sglang._attributes
   - gpufleet.sglang._attributes.info_module
 options:
-  repo_id:
-    description: The repo, C(<org>/<name>).
-    type: str
-    required: true
   revision:
     description: Branch, tag or 40-hex commit.
     type: str
     default: main
-  endpoint:
-    description: The Hub or a site mirror.
-    type: str
-    default: https://huggingface.co
   token:
     description: Hub token (never shown).
     type: str
-  xet:
-    description: Whether the hosts will use Xet storage.
-    type: bool
-    default: false
   allow_patterns:
     description: Only files matching one of these patterns (as huggingface_hub's C(allow_patterns)).
     type: list

@@ -18,6 +18,7 @@ description:
     that the transfer writes to O(progress_path).
   - Returns the transfer's own result when it ends (failed when it failed).
 extends_documentation_fragment:
+  - gpufleet.sglang._model.progress
   - gpufleet.sglang._attributes
   - gpufleet.sglang._attributes.info_module
 options:
@@ -25,9 +26,6 @@ options:
     description: The async job id (C(ansible_job_id) of the started task).
     type: str
     required: true
-  progress_path:
-    description: The progress file of the transfer.
-    type: path
   interval:
     description: Seconds between progress lines (at most 30 for a long transfer).
     type: float

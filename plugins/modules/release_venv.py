@@ -197,12 +197,10 @@ missing_wheels:
   elements: str
 """
 
-import hashlib
 import os
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _command
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _command, _files
 from ansible_collections.gpufleet.sglang.plugins.module_utils._venv import (
     disk_refusal,
     needs_install,
@@ -219,14 +217,6 @@ REQUIREMENTS_FILE = "gpufleet-requirements.txt"
 INSTALLED_FILE = "gpufleet-installed.txt"
 
 
-def _digest(path, algorithm="sha256"):
-    digest = hashlib.new(algorithm)
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1024 * 1024), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _read(path):
     try:
         with open(path, "r", encoding="utf-8") as handle:
@@ -237,16 +227,9 @@ def _read(path):
 
 def _write(module, path, text):
     """Write ``text`` to ``path`` atomically (temp file + rename), mode 0644."""
-    directory = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(prefix=".gpufleet-", suffix=".tmp", dir=directory)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
+        _files.write_atomic(path, text, mode=0o644)
     except (IOError, OSError) as exc:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
         module.fail_json(msg="could not write %s: %s" % (path, exc))
 
 
@@ -354,7 +337,7 @@ def stale_wheels(paths, checksums):
         want = checksums.get(os.path.basename(path))
         if not os.path.isfile(path):
             stale.append(path)
-        elif want and _digest(path, "sha1") != want:
+        elif want and _files.digest(path, "sha1") != want:
             stale.append(path)
     return stale
 
@@ -410,7 +393,7 @@ def main():
     for path in wheel_paths:
         if os.path.isfile(path):
             try:
-                digest = _digest(path)
+                digest = _files.digest(path)
             except (IOError, OSError) as exc:
                 module.fail_json(msg="SGLang %s: could not read the wheel %s: %s" % (release, path, exc))
         elif module.check_mode:

@@ -168,7 +168,7 @@ translations:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _sglang_probe as probe
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _paths, _sglang_probe as probe
 from ansible_collections.gpufleet.sglang.plugins.module_utils._command import failure_payload
 from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_argv import (
     ArgvError,
@@ -189,7 +189,7 @@ def main():
             python=dict(type="path", required=True),
             require=dict(type="list", elements="str", default=[]),
             cache=dict(type="bool", default=True),
-            cache_dir=dict(type="path", default="/var/cache/gpufleet-sglang"),
+            cache_dir=dict(type="path", default=_paths.CACHE_DIR),
             columns=dict(type="int", default=200),
             timeout=dict(type="int", default=120),
             layout=dict(type="dict"),

@@ -160,7 +160,7 @@ from urllib.parse import urlparse
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _command
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _command, _waiter
 from ansible_collections.gpufleet.sglang.plugins.module_utils._load_phases import (
     LoadProgress,
     journal_message,
@@ -296,24 +296,27 @@ class Waiter(object):
             headers["Authorization"] = "Bearer %s" % params["api_key"]
 
         start = time.monotonic()
-        deadline = start + params["timeout"]
-        report_at = start + params["progress_every"] if params["progress_every"] > 0 else None
+        # one wait returns at readiness, at the next progress report or at the deadline
+        stop_after = params["timeout"]
+        if params["progress_every"] > 0:
+            stop_after = min(stop_after, params["progress_every"])
         baseline = None
         if self.systemctl:
             props = self.unit_props()
             baseline = int(props.get("NRestarts", "0") or 0)
             self.start_progress(props)
-        port_open_after = None
+        seen = {"port_open_after": None}
         session = requests.Session()
-        while True:
+
+        def poll():
             if self.systemctl:
                 reason = unit_failure(self.unit_props(), baseline)
                 if reason:
-                    self.read_progress(port_open_after is not None, False)
+                    self.read_progress(seen["port_open_after"] is not None, False)
                     self.fail("%s is not healthy: %s" % (params["unit"], reason), path=path)
-            if port_open_after is None and self.port_open(host, port):
-                port_open_after = time.monotonic() - start
-            if port_open_after is not None:
+            if seen["port_open_after"] is None and self.port_open(host, port):
+                seen["port_open_after"] = time.monotonic() - start
+            if seen["port_open_after"] is not None:
                 self.polls += 1
                 try:
                     response = session.get(base + path, headers=headers,
@@ -322,27 +325,36 @@ class Waiter(object):
                 except requests.RequestException:
                     self.last_status = None
             ready = self.last_status == 200
-            report = self.read_progress(port_open_after is not None, ready)
-            result = dict(report, changed=False, path=path, polls=self.polls,
-                          last_status=self.last_status, ready=ready,
-                          elapsed=round(time.monotonic() - start, 3))
-            if ready:
-                result.update(ready_at=time.time(), port_open_after=round(port_open_after, 3))
-                return result
-            now = time.monotonic()
-            if now >= deadline:
-                state = "port %d never opened" % port if port_open_after is None else (
-                    "%s last answered %s" % (path, self.last_status))
-                waited = params["timeout"]
-                if self.invocation:  # the wait goes on across calls: count from the start
-                    waited = max(waited, time.time() - self.progress.started_at)
-                self.fail("server at %s not ready after %d s: %s" % (base, waited, state),
-                          path=path)
-            if report_at is not None and (now >= report_at or (
-                    params["last_phase"] is not None and report["phase"] != params["last_phase"])):
-                return result
-            next_stop = min(deadline, report_at or deadline)
-            time.sleep(min(params["interval"], max(0.05, next_stop - now)))
+            report = self.read_progress(seen["port_open_after"] is not None, ready)
+            elapsed = time.monotonic() - start
+            return dict(report, changed=False, path=path, polls=self.polls,
+                        last_status=self.last_status, ready=ready, elapsed=round(elapsed, 3))
+
+        done = _waiter.wait(poll, lambda result: stop_here(result, params), timeout=stop_after,
+                            interval=params["interval"])
+        result = done.value
+        if result["ready"]:
+            result.update(ready_at=time.time(),
+                          port_open_after=round(seen["port_open_after"], 3))
+            return result
+        if result["elapsed"] >= params["timeout"]:
+            state = "port %d never opened" % port if seen["port_open_after"] is None else (
+                "%s last answered %s" % (path, self.last_status))
+            waited = params["timeout"]
+            if self.invocation:  # the wait goes on across calls: count from the start
+                waited = max(waited, time.time() - self.progress.started_at)
+            self.fail("server at %s not ready after %d s: %s" % (base, waited, state),
+                      path=path)
+        return result
+
+
+def stop_here(result, params):
+    """The health wait's readiness predicate: the server is ready, or (between progress
+    reports) the load phase changed since the one the caller last saw."""
+    if result["ready"]:
+        return True
+    return (params["progress_every"] > 0 and params["last_phase"] is not None
+            and result["elapsed"] < params["timeout"] and result["phase"] != params["last_phase"])
 
 
 def main():

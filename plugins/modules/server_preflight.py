@@ -237,7 +237,7 @@ doctor:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _port_owner
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _paths, _port_owner
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _server_args_gate as sa_gate
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _sglang_probe as probe
 from ansible_collections.gpufleet.sglang.plugins.module_utils._command import failure_payload, run
@@ -425,8 +425,8 @@ def main():
             plan=dict(type="dict", required=True),
             port=dict(type="int", required=True),
             service_name=dict(type="str", default="sglang"),
-            record_path=dict(type="path", default="/etc/ansible/facts.d/sglang.fact"),
-            cache_dir=dict(type="path", default="/var/cache/gpufleet-sglang"),
+            record_path=dict(type="path", default=_paths.RECORD_PATH),
+            cache_dir=dict(type="path", default=_paths.CACHE_DIR),
             columns=dict(type="int", default=200),
             timeout=dict(type="int", default=120),
             doctor=dict(type="dict"),

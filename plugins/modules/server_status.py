@@ -200,7 +200,6 @@ row:
     ok: true
 """
 
-import hashlib
 import os
 import socket
 import time
@@ -210,7 +209,7 @@ import urllib.request
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_text
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _command, _port_owner
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _command, _files, _paths, _port_owner
 from ansible_collections.gpufleet.sglang.plugins.module_utils._health import parse_unit_show, readiness_path
 from ansible_collections.gpufleet.sglang.plugins.module_utils._server_unit import parse_record, read_bytes
 from ansible_collections.gpufleet.sglang.plugins.module_utils._status import (
@@ -230,8 +229,7 @@ MAX_BODY = 4 * 1024 * 1024
 def _sha1(path):
     """sha1 of a file, None when it does not exist, UNREADABLE when it cannot be read."""
     try:
-        with open(path, "rb") as handle:
-            return hashlib.sha1(handle.read()).hexdigest()
+        return _files.digest(path, "sha1")
     except (IOError, OSError):
         return UNREADABLE if os.path.lexists(path) else None
 
@@ -313,7 +311,7 @@ def main():
             port=dict(type="int"),
             address=dict(type="str", default="127.0.0.1"),
             release=dict(type="str"),
-            record_path=dict(type="path", default="/etc/ansible/facts.d/sglang.fact"),
+            record_path=dict(type="path", default=_paths.RECORD_PATH),
             unit_dir=dict(type="path", default="/etc/systemd/system"),
             config_dir=dict(type="path", default="/etc/sglang"),
             request_timeout=dict(type="float", default=5.0),

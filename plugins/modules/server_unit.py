@@ -369,7 +369,6 @@ enabled:
 
 import datetime
 import grp
-import hashlib
 import os
 import pwd
 import shutil
@@ -378,7 +377,7 @@ import tempfile
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes, to_text
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _command
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _command, _files, _paths
 from ansible_collections.gpufleet.sglang.plugins.module_utils._server_unit import (
     account_settings,
     decide,
@@ -483,23 +482,13 @@ class ServerUnit(object):
         return changed
 
     def write_atomic(self, path, data, mode):
-        """Write ``data`` to ``path`` via a temporary file in its directory and a rename."""
-        directory = os.path.dirname(path) or "."
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".%s." % os.path.basename(path))
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                os.fchmod(handle.fileno(), mode)
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
+        """Write ``data`` to ``path`` with the collection's atomic writer, root-owned and in
+        the directory's default SELinux context."""
+        def own(tmp):
             self.module.set_owner_if_different(tmp, ROOT_OWNER, False)
             self.module.set_group_if_different(tmp, ROOT_GROUP, False)
             self.module.set_default_selinux_context(tmp, False)
-            os.rename(tmp, path)
-        except BaseException:
-            if os.path.lexists(tmp):
-                os.unlink(tmp)
-            raise
+        _files.write_atomic(path, data, mode=mode, before_rename=own)
 
     # ----------------------------------------------------------------- the account
     def ensure_group(self, name):
@@ -595,7 +584,7 @@ class ServerUnit(object):
             env_text = to_bytes(render_env(p), errors="surrogate_or_strict")
         except ValueError as exc:
             self.module.fail_json(msg="cannot render the unit: %s" % to_text(exc))
-        unit_sha1 = hashlib.sha1(unit_text).hexdigest()
+        unit_sha1 = _files.digest_bytes(unit_text, "sha1")
 
         installed_unit = read_bytes(self.unit_path)
         installed_env = read_bytes(self.env_path)
@@ -620,7 +609,7 @@ class ServerUnit(object):
         self.changed |= dirs_changed
 
         new_record = record(previous_record, p, unit_sha1, _now(), restart,
-                            env_sha1=hashlib.sha1(env_text).hexdigest(), decision=decision)
+                            env_sha1=_files.digest_bytes(env_text, "sha1"), decision=decision)
         new_record_text = to_bytes(record_text(new_record))
         record_changed = previous_record_text != new_record_text
 
@@ -730,7 +719,7 @@ class ServerUnit(object):
             restarted=not self.check,
             unit_path=self.unit_path,
             env_path=self.env_path,
-            unit_sha1=hashlib.sha1(good_unit).hexdigest(),
+            unit_sha1=_files.digest_bytes(good_unit, "sha1"),
             unit_changed=files["unit_changed"],
             env_changed=files["env_changed"],
             record_changed=record_changed,
@@ -780,7 +769,7 @@ def main():
             layout=dict(type="dict"),
             release=dict(type="str"),
             port=dict(type="int"),
-            record_path=dict(type="path", default="/etc/ansible/facts.d/sglang.fact"),
+            record_path=dict(type="path", default=_paths.RECORD_PATH),
             server_args=dict(type="dict", default={}),
             verify=dict(type="bool", default=True),
             start=dict(type="bool", default=True),

@@ -28,6 +28,7 @@ Run: ``python3 hub_double.py --port 39350 --cdn-port 39351 --config-json config.
 import argparse
 import hashlib
 import json
+import os
 import random
 import socket
 import struct
@@ -451,6 +452,27 @@ class HubDouble:
             server.server_close()
 
 
+#: The collection's module_utils beside this file in the repository; the test bed mounts
+#: them into the double's container at /module_utils.
+MODULE_UTILS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "plugins",
+                            "module_utils")
+
+
+def config_total_size(config_json, module_utils=MODULE_UTILS):
+    """The checkpoint size ``config_json`` describes, by the collection's capacity model
+    (``_capacity_model.spec_from_config(...).total_bytes()``, standard library only): what
+    the real repo's index declares, so that the planner does not warn about the double's
+    tiny stand-in shards."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "_gpufleet_capacity_model", os.path.join(module_utils, "_capacity_model.py"))
+    model = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(model)
+    if isinstance(config_json, bytes):
+        config_json = config_json.decode("utf-8")
+    return model.spec_from_config(json.loads(config_json)).total_bytes()
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
@@ -460,12 +482,20 @@ def main(argv=None):
     parser.add_argument("--repo-id", default=REPO_ID)
     parser.add_argument("--shards", type=int, default=3)
     parser.add_argument("--shard-size", type=int, default=1 << 20)
-    parser.add_argument("--declared-total-size", type=int, default=None,
-                        help="the checkpoint size the index declares (default: the shards' bytes)")
+    parser.add_argument("--declared-total-size", default=None,
+                        help="the checkpoint size the index declares: bytes, or 'config' for "
+                             "what the config describes (default: the shards' bytes)")
+    parser.add_argument("--module-utils", default=MODULE_UTILS,
+                        help="the collection's plugins/module_utils (for --declared-total-size=config)")
     args = parser.parse_args(argv)
     with open(args.config_json, "rb") as handle:
-        files = build_repo(handle.read(), args.shards, args.shard_size,
-                           declared_total_size=args.declared_total_size)
+        config = handle.read()
+    declared = args.declared_total_size
+    if declared == "config":
+        declared = config_total_size(config, args.module_utils)
+    elif declared is not None:
+        declared = int(declared)
+    files = build_repo(config, args.shards, args.shard_size, declared_total_size=declared)
     double = HubDouble(Repo(args.repo_id, files), args.host, args.port, args.cdn_port)
     print(json.dumps({"endpoint": "http://%s:%d" % (args.host, double.port),
                       "cdn_port": double.cdn_port, "repo_id": args.repo_id,

@@ -25,12 +25,15 @@ MARKS = [
 ]
 
 
-def env():
+def env(forks=1):
+    """The environment of podman and ansible-playbook; ``forks=None`` keeps ansible.cfg's."""
     out = dict(os.environ)
     out.setdefault("CONTAINERS_CONF", os.path.join(TESTBED, "containers.conf"))
     out.update(ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
-               ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1", ANSIBLE_FORKS="1",
+               ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1",
                PATH=BIN + os.pathsep + out.get("PATH", ""))
+    if forks is not None:
+        out["ANSIBLE_FORKS"] = str(forks)
     return out
 
 
@@ -43,9 +46,10 @@ def podman_exec(host, *cmd, check=True, detach=False):
     return proc
 
 
-def playbook(inventories, path, *args, json_out=False, timeout=300):
+def playbook(inventories, path, *args, json_out=False, timeout=300, forks=1, extra_env=None):
     """``ansible-playbook`` with one or more inventory sources, from the repository root."""
-    run_env = env()
+    run_env = env(forks)
+    run_env.update(extra_env or {})
     if json_out:
         run_env["ANSIBLE_STDOUT_CALLBACK"] = "ansible.posix.json"
     argv = [os.path.join(BIN, "ansible-playbook")]
@@ -57,14 +61,15 @@ def playbook(inventories, path, *args, json_out=False, timeout=300):
                           check=False)
 
 
-def create_fleet(inventories):
+def create_fleet(inventories, forks=1, timeout=300):
     """The test bed's create and prepare plays for a fleet; the CompletedProcess that failed,
     else None. ansible-playbook's rc 4 (a host unreachable) in prepare is tried once more
     after 5 s: once, in a full run, a fresh container's published SSH port did not answer
     for a moment."""
     for step in ("create.yml", "prepare.yml"):
         for attempt in (1, 2):
-            proc = playbook(inventories, os.path.join(TESTBED, step))
+            proc = playbook(inventories, os.path.join(TESTBED, step), forks=forks,
+                            timeout=timeout)
             if proc.returncode != 4 or attempt == 2:
                 break
             time.sleep(5)

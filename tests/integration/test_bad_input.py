@@ -143,6 +143,14 @@ CASES = [
     _case("release-shell", "sglang_release='0.5.9;touch /tmp/pwned'",
           {"sglang_release": "0.5.9;touch /tmp/pwned"},
           ["sglang_release must be a version", "0.5.9;touch /tmp/pwned"]),
+    # a filter in a task's arguments used to raise before any check ran (ansible-core's
+    # "Finalization of task args ... The filter plugin ... failed")
+    _case("model-repo-no-org", "sglang_model_repo=not (no <org>/)", {"sglang_model_repo": "not"},
+          ['sglang_model_repo must be a Hugging Face repo id <org>/<name> (got "not")']),
+    _case("release-no-wheel", "sglang_release=0.5.99 (no wheel of it on the controller)",
+          {"sglang_release": "0.5.99"},
+          ["venv_wheels:", "sglang-0.5.99-py3-none-any.whl is not a readable file on the controller",
+           "sglang_release 0.5.99"]),
     _case("venv-release-shell", "venv_release='0.5.9 $(id)'", {"venv_release": "0.5.9 $(id)"},
           ["venv_release must be a version", "0.5.9 $(id)"]),
     _case("capacity-mem-fraction", "capacity_mem_fraction_static=1.5",

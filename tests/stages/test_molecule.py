@@ -1,12 +1,13 @@
 """Every molecule scenario as one pytest test.
 
-The scenarios are found by pytest-ansible's ``molecule_scenario`` fixture (every
-``**/molecule/*/molecule.yml`` git tracks), so a new scenario directory is picked up
-without touching this file; ``tests/conftest.py`` orders them deploy, safety, multinode,
-compare, then the others by name.
+The scenarios are found here (:func:`scenarios`: every ``extensions/molecule/*/molecule.yml``
+of this checkout), so a new scenario directory is picked up without touching this file;
+``tests/conftest.py`` orders them deploy, safety, multinode, compare, then the others by
+name. pytest-ansible's molecule runner and its ``molecule_scenario`` fixture are not used
+(deprecated upstream; they warned on every run); pytest-ansible stays for ``ansible_adhoc``.
 
-They are run here, not with pytest-ansible's ``MoleculeScenario.test()`` (or
-``pytest --molecule``): both start molecule in the directory above ``molecule/``, i.e.
+They are run through the molecule CLI, not with pytest-ansible's ``MoleculeScenario.test()``
+(or ``pytest --molecule``): both start molecule in the directory above ``molecule/``, i.e.
 ``extensions/``, where molecule 26 no longer runs in collection mode: it sees a role-like
 project whose ``MOLECULE_PROJECT_DIRECTORY`` is ``extensions/``, so the scenarios'
 ``${MOLECULE_PROJECT_DIRECTORY}/.cache/collections`` misses this checkout's collection (and
@@ -23,6 +24,7 @@ Each scenario's whole output goes to ``.cache/logs/molecule-<name>.log``; a fail
 its last 150 lines. Run with GPUFLEET_INTEGRATION=1 (``scripts/test molecule`` sets it).
 """
 
+import glob
 import os
 import subprocess
 import sys
@@ -36,21 +38,28 @@ KEEP_FLEET = {"deploy"}  # the fleet the module tests use next
 # Opt-in scenarios: run only when their stage asks for them (scripts/test real sets
 # GPUFLEET_REAL=1); the default run and .ci/run skip them.
 OPT_IN = {"real-release": "GPUFLEET_REAL"}
+MOLECULE = os.path.join(ROOT, "extensions", "molecule")
+
+
+def scenarios(base=MOLECULE):
+    """The scenario names: every directory of ``base`` that holds a molecule.yml."""
+    return sorted(os.path.basename(os.path.dirname(path))
+                  for path in glob.glob(os.path.join(base, "*", "molecule.yml")))
+
 
 pytestmark = [
     pytest.mark.integration,
-    # pytest-ansible 26.x announces its end of life (December 2026) on every use
-    pytest.mark.filterwarnings("ignore:Running Molecule scenarios via pytest-ansible is deprecated:DeprecationWarning"),
     pytest.mark.skipif(os.environ.get("GPUFLEET_INTEGRATION") != "1",
                        reason="set GPUFLEET_INTEGRATION=1 to run the molecule scenarios"),
 ]
 
 
-def test_scenario(molecule_scenario):
-    name = molecule_scenario.name
+@pytest.mark.parametrize("scenario", scenarios(), ids=lambda name: "extensions-" + name)
+def test_scenario(scenario):
+    name = scenario
     if name in OPT_IN and os.environ.get(OPT_IN[name]) != "1":
         pytest.skip("opt-in scenario %s: run it with scripts/test real (%s=1)" % (name, OPT_IN[name]))
-    assert (molecule_scenario.parent_directory / "molecule" / name / "molecule.yml").is_file()
+    assert os.path.isfile(os.path.join(MOLECULE, name, "molecule.yml"))
     molecule = [sys.executable, "-m", "molecule"]
     env = dict(os.environ, PATH="%s:%s" % (BIN, os.environ.get("PATH", "")), NO_COLOR="1")
     os.makedirs(LOGS, exist_ok=True)

@@ -3,20 +3,17 @@
 import importlib.util
 import os
 
+import pytest
+
 _SPEC = importlib.util.spec_from_file_location(
     "gpufleet_tests_conftest", os.path.join(os.path.dirname(os.path.dirname(__file__)), "conftest.py"))
 conftest = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(conftest)
 
 
-class _Scenario:
-    def __init__(self, name):
-        self.name = name
-
-
 class _CallSpec:
     def __init__(self, name):
-        self.params = {"molecule_scenario": _Scenario(name)}
+        self.params = {"scenario": name}
 
 
 class _Item:
@@ -46,3 +43,16 @@ def test_stages_run_in_order_and_new_scenarios_after_the_known_ones():
         "unit", "ansible-lint", "sanity", "molecule-deploy", "fleet-modules", "molecule-safety",
         "molecule-multinode", "molecule-compare", "molecule-model", "molecule-router",
         "bad-input"]
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnknownMarkWarning")  # "integration", registered for those runs
+def test_every_molecule_scenario_is_found():
+    spec = importlib.util.spec_from_file_location(
+        "gpufleet_test_molecule", os.path.join(os.path.dirname(os.path.dirname(__file__)), "stages",
+                                               "test_molecule.py"))
+    stage = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(stage)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    on_disk = sorted(d for d in os.listdir(os.path.join(root, "extensions", "molecule"))
+                     if os.path.isfile(os.path.join(root, "extensions", "molecule", d, "molecule.yml")))
+    assert stage.scenarios() == on_disk and "deploy" in on_disk

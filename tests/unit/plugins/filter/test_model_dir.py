@@ -38,3 +38,8 @@ def test_both_roles_derive_the_path_with_this_filter():
     # the server role's fallbacks are the model role's defaults
     model = _defaults("model")
     assert "default('main')" in model["model_revision"] and "default('/models')" in model["model_root"]
+
+
+def test_invalid_returns_the_stand_in_instead_of_failing():
+    assert model_dir("not", "main", None, invalid="") == ""
+    assert model_dir("org/m", "main", None, invalid="") == "/models/org--m/main"

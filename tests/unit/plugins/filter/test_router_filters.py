@@ -1,5 +1,6 @@
 """The router control plane's filters over the inventory."""
 from ansible_collections.gpufleet.sglang.plugins.filter import router as f
+from ansible_collections.gpufleet.sglang.plugins.filter import fleet
 
 GROUPS = {"sglang_servers": ["s1", "s2", "s3"], "sglang_routers": ["r1", "r2"]}
 
@@ -47,7 +48,7 @@ def test_membership_inputs_held_and_unknown():
 def test_keys_hosts_with_removed():
     hv = hostvars()
     assert f.router_worker_keys(["s1", "s2"], GROUPS, hv) == {"http://10.0.0.1:30000": "k1"}
-    assert f.hosts_with(["s1", "s2", "r1"], hv, "server_api_key") == ["s1"]
+    assert fleet.hosts_with(["s1", "s2", "r1"], hv, "server_api_key") == ["s1"]
     res = {"results": [{"removed": ["http://10.0.0.2:30000"]}, {"removed": []}]}
     assert f.router_removed(res, "http://10.0.0.2:30000/")
     assert not f.router_removed(res, "http://10.0.0.1:30000")

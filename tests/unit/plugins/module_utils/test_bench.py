@@ -22,10 +22,11 @@ import pytest
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _bench
 from ansible_collections.gpufleet.sglang.plugins.module_utils._bench import BenchError
 from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_help import parse_help
+from ansible_collections.gpufleet.sglang.tests.paths import FIXTURES as _FIXTURES
 
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(HERE))), "fixtures")
+FIXTURES = _FIXTURES
 DATA = os.path.join(HERE, "data")
 BENCH = os.path.join(FIXTURES, "sglang-help", "bench")
 

@@ -32,8 +32,9 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils._strategy import (
     StrategyError,
     check_fits,
 )
+from ansible_collections.gpufleet.sglang.tests.paths import FIXTURES as _FIXTURES
 
-FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures")
+FIXTURES = _FIXTURES
 MODELS = os.path.join(FIXTURES, "models")
 RTX_PRO_6000_MIB = 97887  # nvidia-smi, RTX PRO 6000 Blackwell Workstation (prereqs.md §2)
 

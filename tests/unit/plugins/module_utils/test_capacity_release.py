@@ -16,10 +16,11 @@ import pytest
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _capacity as cap
 from ansible_collections.gpufleet.sglang.plugins.module_utils._capacity_model import load_model
 from ansible_collections.gpufleet.sglang.plugins.module_utils._strategy import parse_strategy
+from ansible_collections.gpufleet.sglang.tests.paths import FIXTURES as _FIXTURES
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", "..", "..", ".."))
-with open(os.path.join(ROOT, "tests", "fixtures", "server-args", "server-args.json")) as _handle:
+with open(os.path.join(_FIXTURES, "server-args", "server-args.json")) as _handle:
     FIXTURE = json.load(_handle)
 
 # the cases whose flags the planner knows (strategies; no extra launch flags)
@@ -52,3 +53,26 @@ def test_k25_tp8_numbers_per_release():
     v0523, r0523 = cap.default_mem_fraction_static(97887, 8, 1, mla=True, release="0.5.23", vit=spec.sglang_vit)
     assert (old, r059, r0523) == (0.833, 14848, 16384)
     assert round(v059, 4) == 0.7715 and round(v0523, 4) == 0.7578
+
+
+@pytest.mark.parametrize("release", ["0.5.3rc0", "0.5.3", "0.5.9.post1", "v0.5.9"])
+def test_a_pre_or_post_release_plans_with_its_own_releases_formula(release):
+    """0.5.3rc0 is a pre-release of 0.5.3 (older than 0.5.9), not '0.5.30': it gets
+    0.5.9's formula. The control: 0.5.9 and 0.5.23 differ for this case, so a planner that
+    read 0.5.3rc0 as 0.5.30 would plan 0.5.23's number and fail here."""
+    spec = load_model(os.path.join(ROOT, FIXTURE["model_dirs"]["kimi-k2.5"]))
+
+    def plan(rel):
+        return cap.plan_layout(spec, parse_strategy("tp8"), FIXTURE["gpu"]["count"],
+                               FIXTURE["gpu"]["memory_mib"], nnodes=1, release=rel)
+
+    v059, v0523 = plan("0.5.9"), plan("0.5.23")
+    assert v059["default_mem_fraction_static"] != v0523["default_mem_fraction_static"]
+    got = plan(release)
+    assert got["default_mem_fraction_static"] == v059["default_mem_fraction_static"]
+    assert got["mem_fraction_static"] == v059["mem_fraction_static"]
+
+
+def test_a_release_that_is_no_version_is_refused_naming_it():
+    with pytest.raises(cap.CannotPlan, match=r"sglang_release='latest'"):
+        cap.default_mem_fraction_static(97887, 8, 1, mla=True, release="latest")

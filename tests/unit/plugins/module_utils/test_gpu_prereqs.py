@@ -18,9 +18,10 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils import _gpu_env as
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _gpu_parse as parse
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _gpu_prereqs as rules
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _version
+from ansible_collections.gpufleet.sglang.tests.paths import FIXTURES as _FIXTURES
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-FIX = os.path.join(HERE, "..", "..", "..", "fixtures")
+FIX = _FIXTURES
 SMI = os.path.join(FIX, "nvidia-smi")
 NVCC = shutil.which("nvcc")
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="no nvcc on PATH")

@@ -151,3 +151,35 @@ def test_a_given_count_still_resolves_the_full_layout():
     layout, problem = _inputs.layout(_with(strategy="tp4", sglang_gpu_count="8"), 1)
     assert layout is None
     assert problem.startswith("strategy 'tp4' needs tp*pp = 4*1 = 4 GPUs, but the server has 8")
+
+
+@pytest.mark.parametrize("repo", ["not", "", None])
+def test_a_model_repo_without_an_org_is_named_and_stands_in_for_the_path(repo):
+    """The model directory follows from sglang_model_repo; a repo id that is no
+    <org>/<name> is named here (the filter that derives the path returns nothing for it)."""
+    values = _with(sglang_model_path="", sglang_model_repo=repo)
+    problems = check_fields(values)
+    if repo:
+        assert problems == ['sglang_model_repo must be a Hugging Face repo id <org>/<name> '
+                            '(got "not"), e.g. moonshotai/Kimi-K2.5']
+    else:  # the control: neither given is the missing model input
+        assert [p.split(" ")[0] for p in problems] == ["sglang_model_repo"]
+        assert "is not set" in problems[0]
+    assert check_fields(_with(sglang_model_path="", sglang_model_repo="org/m")) == []
+
+
+def test_a_wheel_the_controller_cannot_read_is_named_with_the_release(tmp_path):
+    there = tmp_path / "sglang-0.5.9-py3-none-any.whl"
+    there.write_bytes(b"PK")
+    missing = str(tmp_path / "sglang-0.5.99-py3-none-any.whl")
+
+    def readable(path):
+        return path == str(there)
+
+    assert _inputs.wheel_problems([str(there)], "0.5.9", readable) == []
+    assert _inputs.wheel_problems([str(there), missing], "0.5.99", readable) == [
+        "venv_wheels: %s is not a readable file on the controller; is there a wheel of "
+        "sglang_release 0.5.99?" % missing]
+    assert _inputs.wheel_problems([], "0.5.99", readable) == []
+    assert _inputs.wheel_problems("x.whl", "0.5.99", readable) == [
+        'venv_wheels must be a list of wheel paths on the controller (got "x.whl")']

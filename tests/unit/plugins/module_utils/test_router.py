@@ -11,8 +11,9 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_help impor
     alias_index,
     parse_help,
 )
+from ansible_collections.gpufleet.sglang.tests.paths import FIXTURES as _FIXTURES
 
-HELP = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "router-help")
+HELP = os.path.join(_FIXTURES, "router-help")
 
 
 def flags(name):

@@ -7,9 +7,10 @@ import os
 import pytest
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _server_args_gate as gate
+from ansible_collections.gpufleet.sglang.tests.paths import FIXTURES as _FIXTURES
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-with open(os.path.join(HERE, "..", "..", "..", "fixtures", "server-args", "server-args.json")) as _h:
+with open(os.path.join(_FIXTURES, "server-args", "server-args.json")) as _h:
     FIXTURE = json.load(_h)
 
 
@@ -69,3 +70,29 @@ def test_summary_and_cache_key():
     assert gate.gpu_of({"count": 8, "memory_mib": 97887, "name": "RTX", "compute_capability": "12.0"}) == {
         "count": 8, "cc": [12, 0], "memory_mib": 97887, "name": "RTX"}
     assert gate.gpu_of({"count": 8, "memory_mib": 97887, "name": None, "compute_capability": None}) is None
+
+
+def test_the_gate_program_is_its_file_and_reads_from_a_payload_zip(tmp_path):
+    """GATE_CODE is the source of _server_args_gate_program.py; on a host the module_utils
+    come from the module's zip payload, and the source is read from there the same way."""
+    import importlib
+    import zipfile
+    from ansible_collections.gpufleet.sglang.plugins.module_utils import (
+        _server_args_gate as gate_mod, _server_args_gate_program as program)
+    with open(program.__file__, encoding="utf-8") as handle:
+        text = handle.read()
+    assert gate_mod.GATE_CODE == text
+    payload = tmp_path / "payload.zip"
+    with zipfile.ZipFile(str(payload), "w") as zf:
+        zf.writestr("gatepayload/__init__.py", "")
+        zf.writestr("gatepayload/prog.py", text)
+    import sys
+    sys.path.insert(0, str(payload))
+    try:
+        zipped = importlib.import_module("gatepayload.prog")
+        assert "zip" in type(zipped.__loader__).__name__.lower()
+        assert gate_mod._program_source(zipped) == text
+    finally:
+        sys.path.remove(str(payload))
+        for name in ("gatepayload.prog", "gatepayload"):
+            sys.modules.pop(name, None)

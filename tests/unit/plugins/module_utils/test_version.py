@@ -24,8 +24,9 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils._version import (
     major_minor,
     parse,
 )
+from ansible_collections.gpufleet.sglang.tests.paths import FIXTURES as _FIXTURES
 
-FIX = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "fixtures")
+FIX = _FIXTURES
 
 
 def _grep(pattern, *globs):

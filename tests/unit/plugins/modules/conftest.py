@@ -16,12 +16,14 @@ class ModuleExit(Exception):
 
 @pytest.fixture
 def run_module(monkeypatch):
-    """Call ``module.main()`` with ``args``; return (result, failed)."""
+    """Call ``module.main()`` with ``args``; return ``(result, failed)``, the one shape
+    every module test uses (``failed``: the module left through fail_json)."""
 
     def exit_json(self, **kwargs):
         raise ModuleExit(kwargs, False)
 
     def fail_json(self, **kwargs):
+        kwargs["failed"] = True  # as AnsibleModule.fail_json says it
         raise ModuleExit(kwargs, True)
 
     monkeypatch.setattr(basic.AnsibleModule, "exit_json", exit_json)
@@ -33,6 +35,8 @@ def run_module(monkeypatch):
                 module.main()
             except ModuleExit as done:
                 json.dumps(done.result, default=str)  # results must be serialisable
+                # a result that says it failed leaves through fail_json (a non-zero exit)
+                assert done.failed == bool(done.result.get("failed")), done.result
                 return done.result, done.failed
         raise AssertionError("module returned without exit_json/fail_json")
 

@@ -34,8 +34,16 @@ def toolkit_root():
 ROOT = toolkit_root()
 
 
+@pytest.fixture(scope="module")
+def compile_cache(tmp_path_factory):
+    """One compile-test cache for this file's tests: the real nvcc compiles each arch once
+    (about 2 s a compile on 2 cores), not once per call. The test of the cache itself
+    (test_real_toolkit_compile_is_cached) starts from an empty one of its own."""
+    return str(tmp_path_factory.mktemp("prereqs-cache"))
+
+
 @pytest.fixture
-def machine(monkeypatch, tmp_path, run_module):
+def machine(monkeypatch, compile_cache, run_module):
     """Run the module against a fake machine; returns a runner ``(set, **args) -> result``."""
     monkeypatch.delenv("CUDA_HOME", raising=False)
     monkeypatch.delenv("CUDA_PATH", raising=False)
@@ -47,7 +55,7 @@ def machine(monkeypatch, tmp_path, run_module):
             monkeypatch.delenv("FAKE_NVIDIA_SMI_DIR", raising=False)
         else:
             monkeypatch.setenv("FAKE_NVIDIA_SMI_DIR", os.path.join(SETS, smi_set))
-        args.setdefault("cache_dir", str(tmp_path / "cache"))
+        args.setdefault("cache_dir", compile_cache)
         if ROOT:
             args.setdefault("cuda_home", ROOT)
         result, failed = run_module(gpu_prereqs, args)
@@ -154,16 +162,17 @@ def test_fail_on_error(machine):
 
 
 @needs_nvcc
-def test_real_toolkit_compile_is_cached(machine):
-    first = machine("rtx-pro-6000-server-x8")
+def test_real_toolkit_compile_is_cached(machine, tmp_path):
+    fresh = str(tmp_path / "cache")
+    first = machine("rtx-pro-6000-server-x8", cache_dir=fresh)
     assert first["cuda"]["found"] and "compute_120" in first["cuda"]["arches"]
     assert first["compile"]["results"] == [dict(first["compile"]["results"][0], arch="sm_120a", ok=True,
                                                 cached=False)]
     assert os.path.isfile(first["compile"]["results"][0]["marker"])
-    second = machine("rtx-pro-6000-server-x8")
+    second = machine("rtx-pro-6000-server-x8", cache_dir=fresh)
     assert second["compile"]["results"][0]["cached"] is True
     assert not any("-arch=sm_120a" in c["cmd"] for c in second["commands"])
-    off = machine("rtx-pro-6000-server-x8", compile_test=False)
+    off = machine("rtx-pro-6000-server-x8", compile_test=False, cache_dir=fresh)
     assert off["compile"]["status"] == "skipped"
 
 

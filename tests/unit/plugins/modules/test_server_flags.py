@@ -10,44 +10,16 @@ import time
 
 import pytest
 
-from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.gpufleet.sglang.plugins.modules import server_flags
+from ansible_collections.gpufleet.sglang.tests.paths import FIXTURES as _FIXTURES
 
-FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "sglang-help")
+FIXTURES = os.path.join(_FIXTURES, "sglang-help")
 
-# The fake interpreter: answers the release query (-c ...) from state.json and prints a
-# fixture help text for "-m sglang.launch_server --help", appending a line to
-# help-count.txt each time.
-FAKE = r'''#!{python}
-import json, os, sys
-here = os.path.dirname(os.path.abspath(__file__))
-with open(os.path.join(here, "state.json")) as f:
-    state = json.load(f)
-args = sys.argv[1:]
-if args[:1] == ["-c"]:
-    if state.get("query_rc"):
-        sys.stderr.write("ModuleNotFoundError: No module named 'sglang'\n")
-        sys.exit(state["query_rc"])
-    print(json.dumps({{"version": state["version"], "dist_info": state["dist_info"],
-                      "record_sha256": state["record_sha256"], "python": "3.11.7"}}))
-    sys.exit(0)
-if args[:3] == ["-m", "sglang.launch_server", "--help"]:
-    with open(os.path.join(here, "help-count.txt"), "a") as f:
-        f.write("COLUMNS=%s\n" % os.environ.get("COLUMNS"))
-    if state.get("help_sleep"):
-        import time
-        time.sleep(state["help_sleep"])
-    if state.get("help_rc"):
-        sys.stderr.write("Traceback (most recent call last):\nImportError: boom\n")
-        sys.exit(state["help_rc"])
-    with open(state["help_file"]) as f:
-        sys.stdout.write(f.read())
-    sys.stderr.write("UserWarning: noise on stderr\n")
-    sys.exit(0)
-sys.stderr.write("unexpected args %r\n" % (args,))
-sys.exit(3)
-'''
+# The one fake SGLang interpreter of the module tests (tests/fakes/venv-python).
+FAKES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "fakes")
+with open(os.path.join(FAKES_DIR, "venv-python"), encoding="utf-8") as _handle:
+    FAKE = "#!" + sys.executable + "\n" + _handle.read().split("\n", 1)[1]
 
 
 class Fake:
@@ -55,7 +27,7 @@ class Fake:
         self.dir = tmp_path / "venv" / "bin"
         self.dir.mkdir(parents=True)
         self.python = self.dir / "python"
-        self.python.write_text(FAKE.format(python=sys.executable))
+        self.python.write_text(FAKE)
         self.python.chmod(self.python.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
         self.counter = self.dir / "help-count.txt"
         self.cache_dir = tmp_path / "cache"
@@ -64,6 +36,7 @@ class Fake:
             "dist_info": "sglang-%s.dist-info" % version,
             "record_sha256": "a" * 64,
             "help_file": help_file or os.path.join(FIXTURES, "sglang-%s.txt" % version),
+            "help_stderr": "UserWarning: noise on stderr\n",
         }
         self.save()
 
@@ -86,25 +59,13 @@ class Fake:
         return args
 
 
-def run_module(args, capsys):
-    """Run main() and return (failed, result)."""
-    with patch_module_args(args):
-        with pytest.raises(SystemExit) as exc:
-            server_flags.main()
-    out = capsys.readouterr().out
-    result = json.loads(out)
-    failed = bool(result.get("failed"))
-    assert (exc.value.code != 0) == failed
-    return failed, result
-
-
 BASE = {"--model-path": "/models/k", "--host": "0.0.0.0", "--port": 30000,
         "--served-model-name": "kimi"}
 
 
-def test_first_run_probes_second_run_is_cached(tmp_path, capsys):
+def test_first_run_probes_second_run_is_cached(tmp_path, run_module):
     fake = Fake(tmp_path, "0.5.9")
-    failed, first = run_module(fake.args(), capsys)
+    first, failed = run_module(server_flags, fake.args())
     assert not failed, first
     assert fake.help_runs == 1
     assert first["cached"] is False
@@ -116,7 +77,7 @@ def test_first_run_probes_second_run_is_cached(tmp_path, capsys):
     # COLUMNS default is 200
     assert fake.counter.read_text().splitlines() == ["COLUMNS=200"]
 
-    failed, second = run_module(fake.args(), capsys)
+    second, failed = run_module(server_flags, fake.args())
     assert not failed, second
     assert fake.help_runs == 1, "the cached run must not execute --help"
     assert second["cached"] is True
@@ -124,56 +85,54 @@ def test_first_run_probes_second_run_is_cached(tmp_path, capsys):
     assert second["fingerprint"] == first["fingerprint"]
 
 
-def test_changed_fingerprint_invalidates_cache(tmp_path, capsys):
+def test_changed_fingerprint_invalidates_cache(tmp_path, run_module):
     fake = Fake(tmp_path, "0.5.9")
-    run_module(fake.args(), capsys)
-    run_module(fake.args(), capsys)
+    run_module(server_flags, fake.args())
+    run_module(server_flags, fake.args())
     assert fake.help_runs == 1
     fake.set(record_sha256="b" * 64)  # same release, reinstalled/changed package
-    failed, result = run_module(fake.args(), capsys)
+    result, failed = run_module(server_flags, fake.args())
     assert not failed
     assert result["cached"] is False
     assert fake.help_runs == 2
     fake.set(version="0.5.23", dist_info="sglang-0.5.23.dist-info",
              help_file=os.path.join(FIXTURES, "sglang-0.5.23.txt"))
-    failed, result = run_module(fake.args(), capsys)
+    result, failed = run_module(server_flags, fake.args())
     assert not failed
     assert result["cached"] is False and fake.help_runs == 3
     assert result["prog"] == "sglang serve"
-    failed, result = run_module(fake.args(), capsys)
+    result, failed = run_module(server_flags, fake.args())
     assert result["cached"] is True and fake.help_runs == 3
 
 
-def test_cache_disabled_always_probes(tmp_path, capsys):
+def test_cache_disabled_always_probes(tmp_path, run_module):
     fake = Fake(tmp_path, "0.5.4.post3")
     for _attempt in range(2):
-        failed, result = run_module(fake.args(cache=False), capsys)
+        result, failed = run_module(server_flags, fake.args(cache=False))
         assert not failed and result["cached"] is False
     assert fake.help_runs == 2
     assert not fake.cache_dir.exists()
 
 
-def test_check_mode_does_not_write_cache(tmp_path, capsys):
+def test_check_mode_does_not_write_cache(tmp_path, run_module):
     fake = Fake(tmp_path, "0.5.4.post3")
-    failed, result = run_module(fake.args(_ansible_check_mode=True), capsys)
+    result, failed = run_module(server_flags, fake.args(_ansible_check_mode=True))
     assert not failed and result["cached"] is False
     assert not os.path.exists(result["cache_file"])
 
 
-def test_corrupt_cache_is_ignored(tmp_path, capsys):
+def test_corrupt_cache_is_ignored(tmp_path, run_module):
     fake = Fake(tmp_path, "0.5.9")
-    _failed, result = run_module(fake.args(), capsys)
+    result, _failed = run_module(server_flags, fake.args())
     with open(result["cache_file"], "w") as handle:
         handle.write("{not json")
-    failed, result = run_module(fake.args(), capsys)
+    result, failed = run_module(server_flags, fake.args())
     assert not failed and result["cached"] is False and fake.help_runs == 2
 
 
-def test_require_names_missing_flags_and_release(tmp_path, capsys):
+def test_require_names_missing_flags_and_release(tmp_path, run_module):
     fake = Fake(tmp_path, "0.4.6.post5")
-    failed, result = run_module(
-        fake.args(require=["--tp-size", "--pp-max-micro-batch-size", "--moe-a2a-backend", "--ep-size"]),
-        capsys)
+    result, failed = run_module(server_flags, fake.args(require=["--tp-size", "--pp-max-micro-batch-size", "--moe-a2a-backend", "--ep-size"]))
     assert failed
     assert result["missing"] == ["--pp-max-micro-batch-size", "--moe-a2a-backend"]
     assert "--pp-max-micro-batch-size" in result["msg"]
@@ -181,23 +140,21 @@ def test_require_names_missing_flags_and_release(tmp_path, capsys):
     assert "0.4.6.post5" in result["msg"]
 
 
-def test_require_met_by_alias(tmp_path, capsys):
+def test_require_met_by_alias(tmp_path, run_module):
     fake = Fake(tmp_path, "0.5.23")
-    failed, result = run_module(
-        fake.args(require=["--tensor-parallel-size", "--tp-size", "--attn-dp-size"], return_flags=False),
-        capsys)
+    result, failed = run_module(server_flags, fake.args(require=["--tensor-parallel-size", "--tp-size", "--attn-dp-size"], return_flags=False))
     assert not failed, result
     assert result["missing"] == []
     assert "flags" not in result
 
 
-def test_render_argv(tmp_path, capsys):
+def test_render_argv(tmp_path, run_module):
     fake = Fake(tmp_path, "0.5.4.post3")
-    failed, result = run_module(fake.args(
+    result, failed = run_module(server_flags, fake.args(
         layout={"tp": 8, "ep": 8, "pp": 1, "dp": 1, "nnodes": 1, "node_rank": 0, "dist_init_addr": None},
         server_args=BASE,
         extra_args={"--enable-deepep-moe": True, "--max-micro-batch-size": 4},
-        return_flags=False), capsys)
+        return_flags=False))
     assert not failed, result
     assert result["argv"] == [
         "--model-path", "/models/k", "--host", "0.0.0.0", "--port", "30000",
@@ -206,11 +163,11 @@ def test_render_argv(tmp_path, capsys):
     assert len(result["translations"]) == 2
 
 
-def test_render_failure_lists_every_problem(tmp_path, capsys):
+def test_render_failure_lists_every_problem(tmp_path, run_module):
     fake = Fake(tmp_path, "0.4.6.post5")
-    failed, result = run_module(fake.args(
+    result, failed = run_module(server_flags, fake.args(
         layout={"tp": 8}, server_args=BASE,
-        extra_args={"--tool-call-parser": "kimi_k2", "--no-such-flag": 1}), capsys)
+        extra_args={"--tool-call-parser": "kimi_k2", "--no-such-flag": 1}))
     assert failed
     assert "--tool-call-parser" in result["msg"] and "kimi_k2" in result["msg"]
     assert "0.4.6.post5" in result["msg"]
@@ -218,11 +175,11 @@ def test_render_failure_lists_every_problem(tmp_path, capsys):
     assert len(result["problems"]) == 2
 
 
-def test_garbled_help_fails_cleanly(tmp_path, capsys):
+def test_garbled_help_fails_cleanly(tmp_path, run_module):
     garbled = tmp_path / "garbled.txt"
     garbled.write_text("Segmentation fault? \x00\x01 nothing here\nreally nothing\n")
     fake = Fake(tmp_path, "0.5.9", help_file=str(garbled))
-    failed, result = run_module(fake.args(), capsys)
+    result, failed = run_module(server_flags, fake.args())
     assert failed
     assert "could not parse" in result["msg"]
     assert "Traceback" not in result["msg"]
@@ -230,10 +187,10 @@ def test_garbled_help_fails_cleanly(tmp_path, capsys):
     assert not fake.cache_dir.exists() or not os.listdir(str(fake.cache_dir))
 
 
-def test_failing_help_reports_cmd_rc_stderr(tmp_path, capsys):
+def test_failing_help_reports_cmd_rc_stderr(tmp_path, run_module):
     fake = Fake(tmp_path, "0.5.9")
     fake.set(help_rc=1)
-    failed, result = run_module(fake.args(), capsys)
+    result, failed = run_module(server_flags, fake.args())
     assert failed
     assert result["rc"] == 1
     assert "ImportError: boom" in result["stderr"]
@@ -243,21 +200,21 @@ def test_failing_help_reports_cmd_rc_stderr(tmp_path, capsys):
 
 
 @pytest.mark.skipif(not shutil.which("timeout"), reason="no timeout binary")
-def test_help_timeout(tmp_path, capsys):
+def test_help_timeout(tmp_path, run_module):
     fake = Fake(tmp_path, "0.5.9")
     fake.set(help_sleep=30)
     started = time.monotonic()
-    failed, result = run_module(fake.args(timeout=1), capsys)
+    result, failed = run_module(server_flags, fake.args(timeout=1))
     assert time.monotonic() - started < 20
     assert failed and "timed out" in result["msg"] and "0.5.9" in result["msg"]
     assert result["rc"] == 124 and "cmd" in result
     assert result["timed_out"] is True and result["cmd"][0].endswith("timeout")
 
 
-def test_failing_release_query_reports_cmd_rc_stderr(tmp_path, capsys):
+def test_failing_release_query_reports_cmd_rc_stderr(tmp_path, run_module):
     fake = Fake(tmp_path, "0.5.9")
     fake.set(query_rc=1)
-    failed, result = run_module(fake.args(), capsys)
+    result, failed = run_module(server_flags, fake.args())
     assert failed
     assert result["rc"] == 1
     assert "No module named 'sglang'" in result["stderr"]
@@ -265,20 +222,20 @@ def test_failing_release_query_reports_cmd_rc_stderr(tmp_path, capsys):
     assert fake.help_runs == 0
 
 
-def test_missing_interpreter(tmp_path, capsys):
-    failed, result = run_module({"python": str(tmp_path / "nope" / "python"),
-                                 "cache_dir": str(tmp_path / "c")}, capsys)
+def test_missing_interpreter(tmp_path, run_module):
+    result, failed = run_module(server_flags, {"python": str(tmp_path / "nope" / "python"),
+                                               "cache_dir": str(tmp_path / "c")})
     assert failed and "does not exist" in result["msg"]
 
 
-def test_probe_timing_cached_vs_uncached(tmp_path, capsys):
+def test_probe_timing_cached_vs_uncached(tmp_path, run_module):
     """Measures the probe (reported by the test run); cached must be cheaper."""
     fake = Fake(tmp_path, "0.5.23")
     started = time.perf_counter()
-    run_module(fake.args(return_flags=False), capsys)
+    run_module(server_flags, fake.args(return_flags=False))
     uncached = time.perf_counter() - started
     started = time.perf_counter()
-    _failed, result = run_module(fake.args(return_flags=False), capsys)
+    result, _failed = run_module(server_flags, fake.args(return_flags=False))
     cached = time.perf_counter() - started
     assert result["cached"] is True
     assert fake.help_runs == 1

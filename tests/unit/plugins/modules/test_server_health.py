@@ -1,13 +1,12 @@
 import json
 import os
 import stat
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from ansible_collections.gpufleet.sglang.plugins.modules import server_health
+from ansible_collections.gpufleet.sglang.tests.doubles import QuietHandler, start_http, stop_http
 
 
 class FakeServer:
@@ -18,7 +17,7 @@ class FakeServer:
         self.hits = []
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_GET(self):
                 outer.hits.append(self.path)
                 if self.path != route:
@@ -29,16 +28,11 @@ class FakeServer:
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
-            def log_message(self, *args):
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = start_http(Handler)
         self.port = self.httpd.server_address[1]
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
     def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        stop_http(self.httpd)
 
 
 def test_waits_for_readiness_not_liveness(run_module):

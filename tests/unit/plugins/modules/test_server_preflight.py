@@ -15,44 +15,17 @@ import sys
 
 import pytest
 
-from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.gpufleet.sglang.plugins.modules import server_preflight
+from ansible_collections.gpufleet.sglang.tests.paths import FIXTURES as _FIXTURES
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-FIXTURES = os.path.join(HERE, "..", "..", "..", "fixtures")
+FIXTURES = _FIXTURES
 
-FAKE = r'''#!{python}
-import json, os, sys
-here = os.path.dirname(os.path.abspath(__file__))
-with open(os.path.join(here, "state.json")) as f:
-    state = json.load(f)
-args = sys.argv[1:]
-if args[:1] == ["-c"] and "GPUFLEET-GATE" in args[1]:
-    req = json.loads(args[2])
-    with open(os.path.join(here, "gate-calls.txt"), "a") as f:
-        f.write(json.dumps(req) + "\n")
-    answer = dict(state.get("gate") or {{"verdict": "ok", "asked": {{}}, "derived": {{}}}})
-    answer["argv"] = req["argv"]
-    print("GPUFLEET-GATE " + json.dumps(answer))
-    sys.exit(0)
-if args[:1] == ["-c"]:
-    print(json.dumps({{"version": state["version"], "dist_info": "sglang-x.dist-info",
-                      "record_sha256": "a" * 64, "python": "3.11.7"}}))
-    sys.exit(0)
-if args[:2] == ["-m", "sglang.launch_server"] and args[-1] == "--help":
-    with open(os.path.join(here, "help-calls.txt"), "a") as f:
-        f.write(json.dumps(args[2:-1]) + "\n")
-    bad = state.get("refuse")
-    if bad and bad in args:
-        sys.stderr.write("usage: launch_server.py [-h] ...\n")
-        sys.stderr.write("launch_server.py: error: argument %s: invalid int value: 'x'\n" % bad)
-        sys.exit(2)
-    with open(state["help_file"]) as f:
-        sys.stdout.write(f.read())
-    sys.exit(0)
-sys.exit(3)
-'''
+# The one fake SGLang interpreter of the module tests (tests/fakes/venv-python).
+FAKES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "fakes")
+with open(os.path.join(FAKES_DIR, "venv-python"), encoding="utf-8") as _handle:
+    FAKE = "#!" + sys.executable + "\n" + _handle.read().split("\n", 1)[1]
 
 
 class Host:
@@ -60,7 +33,7 @@ class Host:
         self.bin = tmp_path / "venv" / "bin"
         self.bin.mkdir(parents=True)
         self.python = self.bin / "python"
-        self.python.write_text(FAKE.format(python=sys.executable))
+        self.python.write_text(FAKE)
         self.python.chmod(self.python.stat().st_mode | stat.S_IXUSR)
         self.state = {"version": version,
                       "help_file": os.path.join(FIXTURES, "sglang-help", "sglang-%s.txt" % version)}
@@ -100,18 +73,9 @@ def _free_port():
     return port
 
 
-def run_module(args, capsys):
-    with patch_module_args(args):
-        with pytest.raises(SystemExit) as exc:
-            server_preflight.main()
-    result = json.loads(capsys.readouterr().out)
-    assert (exc.value.code != 0) == bool(result.get("failed"))
-    return result
-
-
-def test_first_run_asks_the_release_twice_a_rerun_never(tmp_path, capsys):
+def test_first_run_asks_the_release_twice_a_rerun_never(tmp_path, run_module):
     host = Host(tmp_path)
-    first = run_module(host.args(), capsys)
+    first = run_module(server_preflight, host.args())[0]
     assert not first.get("failed"), first
     assert first["version"] == "0.5.9" and first["port_owner"] == "free"
     assert first["cached"] == {"help": False, "argparse": False}
@@ -119,62 +83,62 @@ def test_first_run_asks_the_release_twice_a_rerun_never(tmp_path, capsys):
     assert first["plan"]["fits"] and first["plan"]["name"] == "ep8"
     # the probe's --help, then the release's argparse over the exact argv
     assert host.help_calls == [[], first["argv"]]
-    second = run_module(host.args(), capsys)
+    second = run_module(server_preflight, host.args())[0]
     assert second["cached"] == {"help": True, "argparse": True}
     assert second["argv"] == first["argv"]
     assert len(host.help_calls) == 2, "a re-run must not run --help"
 
 
-def test_new_flags_are_checked_by_the_release_again(tmp_path, capsys):
+def test_new_flags_are_checked_by_the_release_again(tmp_path, run_module):
     host = Host(tmp_path)
-    run_module(host.args(), capsys)
-    result = run_module(host.args(extra={"--max-running-requests": 64}), capsys)
+    run_module(server_preflight, host.args())
+    result = run_module(server_preflight, host.args(extra={"--max-running-requests": 64}))[0]
     assert result["cached"] == {"help": True, "argparse": False}
     assert len(host.help_calls) == 3
 
 
-def test_the_releases_argparse_refusal_is_shown_and_not_cached(tmp_path, capsys):
+def test_the_releases_argparse_refusal_is_shown_and_not_cached(tmp_path, run_module):
     host = Host(tmp_path)
     host.state["refuse"] = "--max-running-requests"
     host.save()
     args = host.args(extra={"--max-running-requests": 5})
-    result = run_module(args, capsys)
+    result = run_module(server_preflight, args)[0]
     assert result["failed"]
     assert result["msg"] == ("sglang 0.5.9 refuses the launch flags (server_extra_args or the server "
                              "settings): launch_server.py: error: argument --max-running-requests: "
                              "invalid int value: 'x'")
-    run_module(args, capsys)
+    run_module(server_preflight, args)
     assert len(host.help_calls) == 3, "a refusal is asked again, never cached"
 
 
-def test_unknown_flag_is_refused_naming_the_release(tmp_path, capsys):
+def test_unknown_flag_is_refused_naming_the_release(tmp_path, run_module):
     host = Host(tmp_path)
-    result = run_module(host.args(extra={"--allowed-media-domains": "example.com"}), capsys)
+    result = run_module(server_preflight, host.args(extra={"--allowed-media-domains": "example.com"}))[0]
     assert result["failed"]
     assert result["msg"].startswith("server_extra_args or the server settings are not valid for this release:")
     assert "--allowed-media-domains does not exist in sglang 0.5.9" in result["msg"]
 
 
-def test_missing_interpreter(tmp_path, capsys):
+def test_missing_interpreter(tmp_path, run_module):
     host = Host(tmp_path)
     args = host.args()
     args["python"] = str(tmp_path / "nope" / "python")
-    result = run_module(args, capsys)
+    result = run_module(server_preflight, args)[0]
     assert result["msg"] == "server_python %s: Python interpreter %s does not exist" % (
         args["python"], args["python"])
 
 
-def test_model_directory_without_config(tmp_path, capsys):
+def test_model_directory_without_config(tmp_path, run_module):
     host = Host(tmp_path)
     os.unlink(str(host.model / "config.json"))
-    result = run_module(host.args(), capsys)
+    result = run_module(server_preflight, host.args())[0]
     assert "the model directory %s has no config.json" % host.model in result["msg"]
     assert host.help_calls == [], "nothing asked of the release before the model is there"
 
 
-def test_plan_uses_the_servers_own_fraction_and_refuses_a_misfit(tmp_path, capsys):
+def test_plan_uses_the_servers_own_fraction_and_refuses_a_misfit(tmp_path, run_module):
     host = Host(tmp_path)
-    result = run_module(host.args(strategy="tp8", extra={"--mem-fraction-static": 0.05}), capsys)
+    result = run_module(server_preflight, host.args(strategy="tp8", extra={"--mem-fraction-static": 0.05}))[0]
     assert result["failed"]
     assert "strategy tp8 does not fit 8 x 97887 MiB" in result["msg"]
     assert "mem_fraction_static 0.05 (server_extra_args --mem-fraction-static)" in result["msg"]
@@ -182,25 +146,25 @@ def test_plan_uses_the_servers_own_fraction_and_refuses_a_misfit(tmp_path, capsy
     assert host.help_calls == []
 
 
-def test_an_allowed_misfit_goes_on_with_a_warning(tmp_path, capsys, monkeypatch):
+def test_an_allowed_misfit_goes_on_with_a_warning(tmp_path, run_module, monkeypatch):
     host = Host(tmp_path)
     warned = []
     monkeypatch.setattr(server_preflight.AnsibleModule, "warn", lambda self, text: warned.append(text))
-    result = run_module(host.args(strategy="tp8", extra={"--mem-fraction-static": 0.05},
-                                  allow_unfit=True), capsys)
+    result = run_module(server_preflight, host.args(strategy="tp8", extra={"--mem-fraction-static": 0.05},
+                                                    allow_unfit=True))[0]
     assert not result.get("failed"), result
     assert any("strategy tp8 does not fit (KV margin" in w for w in warned), warned
     assert "--mem-fraction-static" in result["argv"]
 
 
-def test_a_port_held_by_another_process_is_refused(tmp_path, capsys):
+def test_a_port_held_by_another_process_is_refused(tmp_path, run_module):
     host = Host(tmp_path)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen(1)
     try:
         port = sock.getsockname()[1]
-        result = run_module(host.args(port=port), capsys)
+        result = run_module(server_preflight, host.args(port=port))[0]
     finally:
         sock.close()
     assert result["failed"]
@@ -208,12 +172,12 @@ def test_a_port_held_by_another_process_is_refused(tmp_path, capsys):
     assert "(pid %d)" % os.getpid() in result["msg"]
 
 
-def test_the_doctor_runs_first_and_refuses_with_every_failed_check(tmp_path, capsys):
+def test_the_doctor_runs_first_and_refuses_with_every_failed_check(tmp_path, run_module):
     host = Host(tmp_path)
     args = host.args()
     args["doctor"] = {"python": str(host.python), "nvidia_smi": str(tmp_path / "no-nvidia-smi"),
                       "waive": ["cuda_toolkit", "cuda_headers"], "compile_test": False}
-    result = run_module(args, capsys)
+    result = run_module(server_preflight, args)[0]
     assert result["failed"]
     assert result["msg"].startswith("Prerequisite checks failed on gpu-1:\nnvidia_smi: ")
     assert "remedy:" in result["msg"]
@@ -221,7 +185,7 @@ def test_the_doctor_runs_first_and_refuses_with_every_failed_check(tmp_path, cap
     assert host.help_calls == [], "nothing asked of the release when the host is not fit"
 
 
-def test_the_doctor_passes_on_a_replayed_rtx_pro_6000_box(tmp_path, capsys):
+def test_the_doctor_passes_on_a_replayed_rtx_pro_6000_box(tmp_path, run_module):
     host = Host(tmp_path)
     smi = os.path.join(HERE, "..", "..", "..", "fakes", "nvidia-smi")
     sets = os.path.join(HERE, "..", "..", "..", "fakes", "nvidia-smi-sets", "rtx-pro-6000-server-x8")
@@ -231,21 +195,21 @@ def test_the_doctor_passes_on_a_replayed_rtx_pro_6000_box(tmp_path, capsys):
                                 "toolkit_arch"], "compile_test": False}
     os.environ["FAKE_NVIDIA_SMI_DIR"] = sets
     try:
-        result = run_module(args, capsys)
+        result = run_module(server_preflight, args)[0]
     finally:
         os.environ.pop("FAKE_NVIDIA_SMI_DIR", None)
     assert not result.get("failed"), result.get("msg")
     assert result["doctor"]["ok"] is True
 
 
-def test_the_plan_uses_the_servers_context_length_and_kv_dtype(tmp_path, capsys):
+def test_the_plan_uses_the_servers_context_length_and_kv_dtype(tmp_path, run_module):
     host = Host(tmp_path)
     extra = {"--context-length": 262144, "--kv-cache-dtype": "fp8_e4m3"}
-    result = run_module(host.args(strategy="pp8", extra=extra), capsys)
+    result = run_module(server_preflight, host.args(strategy="pp8", extra=extra))[0]
     assert not result.get("failed"), result.get("msg")
     assert result["plan"]["context_length"] == 262144
     assert result["plan"]["kv_dtype"] == "fp8_e4m3"
-    plain = run_module(host.args(strategy="pp8"), capsys)
+    plain = run_module(server_preflight, host.args(strategy="pp8"))[0]
     assert plain["plan"]["kv_dtype"] == "auto" and not plain["plan"]["context_length"]
     # fp8 halves the KV bytes per token of the auto (bf16) cache
     assert result["plan"]["kv_bytes_per_token_per_gpu"] * 2 == plain["plan"]["kv_bytes_per_token_per_gpu"]
@@ -255,9 +219,9 @@ def test_the_plan_uses_the_servers_context_length_and_kv_dtype(tmp_path, capsys)
     ({"--context-length": [4096, 8192]}, "--context-length takes a single value in sglang 0.5.9"),
     ({"--kv-cache-dtype": ["fp8_e4m3"]}, "--kv-cache-dtype takes a single value in sglang 0.5.9"),
 ])
-def test_malformed_server_settings_reach_the_flag_check_not_the_planner(tmp_path, capsys, extra, expect):
+def test_malformed_server_settings_reach_the_flag_check_not_the_planner(tmp_path, run_module, extra, expect):
     host = Host(tmp_path)
-    result = run_module(host.args(strategy="pp8", extra=extra), capsys)
+    result = run_module(server_preflight, host.args(strategy="pp8", extra=extra))[0]
     assert result["failed"] and expect in result["msg"], result.get("msg")
 
 
@@ -267,7 +231,7 @@ RTX_NAME = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
 WAIVE = ["cuda_toolkit", "cuda_headers", "compile_test", "driver_toolkit", "toolkit_arch"]
 
 
-def run_on_box(host, capsys, box="rtx-pro-6000-server-x8", strategy="ep8", given=None, **plan):
+def run_on_box(host, run_module, box="rtx-pro-6000-server-x8", strategy="ep8", given=None, **plan):
     """Run with the doctor against a replayed nvidia-smi set; ``plan`` sets gpu_count/memory."""
     args = host.args(strategy=strategy, **dict({"gpu_count": None, "gpu_memory_mib": None}, **plan))
     if given is not None:
@@ -277,15 +241,15 @@ def run_on_box(host, capsys, box="rtx-pro-6000-server-x8", strategy="ep8", given
                       "strategy": given or strategy, "waive": WAIVE, "compile_test": False}
     os.environ["FAKE_NVIDIA_SMI_DIR"] = os.path.join(FAKES, "nvidia-smi-sets", box)
     try:
-        return run_module(args, capsys)
+        return run_module(server_preflight, args)[0]
     finally:
         os.environ.pop("FAKE_NVIDIA_SMI_DIR", None)
 
 
 @pytest.mark.parametrize("unset", [None, ""])
-def test_unset_gpu_count_and_memory_come_from_the_doctor(tmp_path, capsys, unset):
+def test_unset_gpu_count_and_memory_come_from_the_doctor(tmp_path, run_module, unset):
     host = Host(tmp_path)
-    result = run_on_box(host, capsys, gpu_count=unset, gpu_memory_mib=unset)
+    result = run_on_box(host, run_module, gpu_count=unset, gpu_memory_mib=unset)
     assert not result.get("failed"), result.get("msg")
     assert result["gpus"] == {"count": 8, "memory_mib": 97887, "name": RTX_NAME,
                               "source": "detected", "memory_source": "detected",
@@ -296,9 +260,9 @@ def test_unset_gpu_count_and_memory_come_from_the_doctor(tmp_path, capsys, unset
     assert (result["plan"]["gpus"], result["plan"]["gpu_memory_mib"]) == (8, 97887)
 
 
-def test_a_mixed_fleet_plans_each_host_with_its_own_gpus(tmp_path, capsys):
-    rtx = run_on_box(Host(tmp_path / "rtx"), capsys)
-    h200 = run_on_box(Host(tmp_path / "h200"), capsys, box="h200-x8")
+def test_a_mixed_fleet_plans_each_host_with_its_own_gpus(tmp_path, run_module):
+    rtx = run_on_box(Host(tmp_path / "rtx"), run_module)
+    h200 = run_on_box(Host(tmp_path / "h200"), run_module, box="h200-x8")
     assert not rtx.get("failed") and not h200.get("failed"), (rtx.get("msg"), h200.get("msg"))
     assert (rtx["gpus"]["memory_mib"], h200["gpus"]["memory_mib"]) == (97887, 143771)
     assert h200["gpus"]["name"] == "NVIDIA H200"
@@ -306,38 +270,38 @@ def test_a_mixed_fleet_plans_each_host_with_its_own_gpus(tmp_path, capsys):
     assert h200["plan"]["kv_tokens"] > rtx["plan"]["kv_tokens"]
 
 
-def test_a_gpu_count_that_disagrees_with_the_host_is_refused(tmp_path, capsys):
+def test_a_gpu_count_that_disagrees_with_the_host_is_refused(tmp_path, run_module):
     host = Host(tmp_path)
-    result = run_on_box(host, capsys, gpu_count=4)
+    result = run_on_box(host, run_module, gpu_count=4)
     assert result["failed"]
     assert result["msg"] == "gpu-1: sglang_gpu_count is 4, but gpu-1 has 8 GPUs (%s)" % RTX_NAME
     assert result["doctor"]["ok"] is True
     assert host.help_calls == [], "nothing asked of the release when the GPUs disagree"
 
 
-def test_a_gpu_memory_that_disagrees_with_the_host_is_refused(tmp_path, capsys):
+def test_a_gpu_memory_that_disagrees_with_the_host_is_refused(tmp_path, run_module):
     host = Host(tmp_path)
-    result = run_on_box(host, capsys, gpu_memory_mib="143771")
+    result = run_on_box(host, run_module, gpu_memory_mib="143771")
     assert result["failed"]
     assert result["msg"] == ("gpu-1: sglang_gpu_memory_mib is 143771, but gpu-1 has 97887 MiB per "
                              "GPU (%s)" % RTX_NAME)
     assert "plan" not in result and host.help_calls == []
 
 
-def test_a_count_given_on_the_controller_is_checked_and_kept(tmp_path, capsys):
+def test_a_count_given_on_the_controller_is_checked_and_kept(tmp_path, run_module):
     host = Host(tmp_path)
-    result = run_on_box(host, capsys, gpu_count=8, gpu_memory_mib=97887)
+    result = run_on_box(host, run_module, gpu_count=8, gpu_memory_mib=97887)
     assert not result.get("failed"), result.get("msg")
     assert result["gpus"] == {"count": 8, "memory_mib": 97887, "name": RTX_NAME,
                               "source": "inventory", "memory_source": "inventory",
                               "compute_capability": "12.0"}
-    only_count = run_on_box(host, capsys, gpu_count="8")
+    only_count = run_on_box(host, run_module, gpu_count="8")
     assert (only_count["gpus"]["source"], only_count["gpus"]["memory_source"]) == ("inventory", "detected")
 
 
-def test_a_strategy_that_does_not_fit_the_detected_gpus_is_refused_as_on_the_controller(tmp_path, capsys):
+def test_a_strategy_that_does_not_fit_the_detected_gpus_is_refused_as_on_the_controller(tmp_path, run_module):
     host = Host(tmp_path)
-    result = run_on_box(host, capsys, strategy="tp8", given="tp4")
+    result = run_on_box(host, run_module, strategy="tp8", given="tp4")
     assert result["failed"]
     assert result["msg"] == ("gpu-1: strategy 'tp4' needs tp*pp = 4*1 = 4 GPUs, but the server has 8 "
                              "(1 node(s) x 8 GPUs); tp*pp must equal the GPU count")
@@ -345,42 +309,42 @@ def test_a_strategy_that_does_not_fit_the_detected_gpus_is_refused_as_on_the_con
     assert host.help_calls == []
 
 
-def test_a_strategy_the_doctor_refuses_too_is_named_first(tmp_path, capsys):
+def test_a_strategy_the_doctor_refuses_too_is_named_first(tmp_path, run_module):
     host = Host(tmp_path)
-    result = run_on_box(host, capsys, strategy="tp8", given="tp12")
+    result = run_on_box(host, run_module, strategy="tp8", given="tp12")
     assert result["failed"]
     first, rest = result["msg"].split("\n", 1)
     assert first.startswith("gpu-1: strategy 'tp12' needs tp*pp = 12*1 = 12 GPUs, but the server has 8")
     assert rest.startswith("Prerequisite checks failed on gpu-1:\nstrategy: ")
 
 
-def test_the_layout_is_resolved_on_the_host_from_the_strategy_as_given(tmp_path, capsys):
+def test_the_layout_is_resolved_on_the_host_from_the_strategy_as_given(tmp_path, run_module):
     host = Host(tmp_path)
-    result = run_on_box(host, capsys, strategy="ep8", given="tp8-ep8")
+    result = run_on_box(host, run_module, strategy="ep8", given="tp8-ep8")
     assert not result.get("failed"), result.get("msg")
     assert result["layout"]["name"] == "ep8" and "--ep-size" in result["argv"]
 
 
-def test_without_gpus_the_doctors_own_refusal_stands(tmp_path, capsys):
+def test_without_gpus_the_doctors_own_refusal_stands(tmp_path, run_module):
     host = Host(tmp_path)
-    result = run_on_box(host, capsys, box="no-driver")
+    result = run_on_box(host, run_module, box="no-driver")
     assert result["failed"]
     assert result["msg"].startswith("Prerequisite checks failed on gpu-1:\nnvidia_smi: ")
     assert "sglang_gpu_count" not in result["msg"] and "gpus" not in result
 
 
-def test_without_the_doctor_an_unset_count_is_read_with_nvidia_smi(tmp_path, capsys, monkeypatch):
+def test_without_the_doctor_an_unset_count_is_read_with_nvidia_smi(tmp_path, run_module, monkeypatch):
     host = Host(tmp_path)
     bindir = tmp_path / "smi-bin"
     bindir.mkdir()
     os.symlink(os.path.abspath(os.path.join(FAKES, "nvidia-smi")), str(bindir / "nvidia-smi"))
     monkeypatch.setenv("PATH", str(bindir) + os.pathsep + os.environ.get("PATH", ""))
     monkeypatch.setenv("FAKE_NVIDIA_SMI_DIR", os.path.join(FAKES, "nvidia-smi-sets", "rtx-pro-6000-server-x8"))
-    result = run_module(host.args(gpu_count=None, gpu_memory_mib=None), capsys)
+    result = run_module(server_preflight, host.args(gpu_count=None, gpu_memory_mib=None))[0]
     assert not result.get("failed"), result.get("msg")
     assert result["gpus"]["count"] == 8 and result["gpus"]["source"] == "detected"
     monkeypatch.setenv("FAKE_NVIDIA_SMI_DIR", os.path.join(FAKES, "nvidia-smi-sets", "no-driver"))
-    refused = run_module(host.args(gpu_count=None, gpu_memory_mib=None), capsys)
+    refused = run_module(server_preflight, host.args(gpu_count=None, gpu_memory_mib=None))[0]
     assert refused["msg"].startswith("gpu-1: sglang_gpu_count and sglang_gpu_memory_mib are not set "
                                      "and no GPUs were read on the host (nvidia-smi cannot talk to "
                                      "the NVIDIA driver")
@@ -402,11 +366,11 @@ def gate_calls(host):
     return [json.loads(ln) for ln in path.read_text().splitlines()] if path.exists() else []
 
 
-def test_the_gate_asks_with_the_gpus_the_doctor_read_and_caches_an_acceptance(tmp_path, capsys):
+def test_the_gate_asks_with_the_gpus_the_doctor_read_and_caches_an_acceptance(tmp_path, run_module):
     host = Host(tmp_path)
     host.state["gate"] = real_answer("0.5.9", "ep8")
     host.save()
-    first = run_on_box(host, capsys)
+    first = run_on_box(host, run_module)
     assert not first.get("failed"), first.get("msg")
     (call,) = gate_calls(host)
     assert call["argv"] == first["argv"]
@@ -417,32 +381,32 @@ def test_the_gate_asks_with_the_gpus_the_doctor_read_and_caches_an_acceptance(tm
     assert first["plan"]["mem_fraction_static"] == pytest.approx(0.7715, abs=1e-3)
     assert first["plan"]["fraction_from"] == "sglang 0.5.9's own default (server-args check)"
     assert first["plan"]["planner_estimate_mem_fraction_static"] != first["plan"]["mem_fraction_static"]
-    second = run_on_box(host, capsys)
+    second = run_on_box(host, run_module)
     assert second["cached"]["server_args"] is True and len(gate_calls(host)) == 1
 
 
-def test_a_refusal_by_the_release_names_it_and_is_not_cached(tmp_path, capsys):
+def test_a_refusal_by_the_release_names_it_and_is_not_cached(tmp_path, run_module):
     host = Host(tmp_path)
     host.state["gate"] = real_answer("0.5.9", "pp8-mixed-chunk")
     host.save()
-    result = run_on_box(host, capsys, strategy="pp8")
+    result = run_on_box(host, run_module, strategy="pp8")
     assert result["failed"]
     assert result["msg"].startswith("sglang 0.5.9 refuses the launch flags once it derives its "
                                     "settings for 8 x %s: AssertionError: Pipeline parallelism is "
                                     "not compatible" % RTX_NAME)
     assert "sglang/srt/server_args.py:" in result["msg"]
-    run_on_box(host, capsys, strategy="pp8")
+    run_on_box(host, run_module, strategy="pp8")
     assert len(gate_calls(host)) == 2, "a refusal is asked again"
 
 
-def run_on_box_with(host, capsys, strategy, extra, strict=False):
+def run_on_box_with(host, run_module, strategy, extra, strict=False):
     args = host.args(strategy=strategy, extra=extra, gpu_count=None, gpu_memory_mib=None)
     args["strict"] = strict
     args["doctor"] = {"python": None, "nvidia_smi": os.path.join(FAKES, "nvidia-smi"),
                       "strategy": strategy, "waive": WAIVE, "compile_test": False}
     os.environ["FAKE_NVIDIA_SMI_DIR"] = os.path.join(FAKES, "nvidia-smi-sets", "rtx-pro-6000-server-x8")
     try:
-        return run_module(args, capsys)
+        return run_module(server_preflight, args)[0]
     finally:
         os.environ.pop("FAKE_NVIDIA_SMI_DIR", None)
 
@@ -461,12 +425,12 @@ def warned(monkeypatch):
     return texts
 
 
-def test_dp_attention_dropped_is_reported_and_strict_refuses(tmp_path, capsys, warned):
+def test_dp_attention_dropped_is_reported_and_strict_refuses(tmp_path, run_module, warned):
     host = Host(tmp_path)
     host.state["gate"] = real_answer("0.5.9", "pp8-dp-attention")
     host.save()
     extra = {"--enable-dp-attention": True}
-    result = run_on_box_with(host, capsys, "pp8", extra)
+    result = run_on_box_with(host, run_module, "pp8", extra)
     assert not result.get("failed"), result.get("msg")
     assert "--enable-dp-attention" in result["argv"]
     messages = result["server_args"]["messages"]
@@ -475,27 +439,27 @@ def test_dp_attention_dropped_is_reported_and_strict_refuses(tmp_path, capsys, w
         "sglang 0.5.9 changes overlap schedule from its default on to off"]
     # warned: the change of what the flags asked for; not the release's own default
     assert messages[0] in warned and messages[1] not in warned
-    strict = run_on_box_with(host, capsys, "pp8", extra, strict=True)
+    strict = run_on_box_with(host, run_module, "pp8", extra, strict=True)
     assert strict["failed"]
     assert strict["msg"] == ("sglang 0.5.9 changes DP attention from on (1 groups) (asked by the "
                              "launch flags) to off; refused because sglang_strict is true (nothing "
                              "was changed on the host)")
 
 
-def test_strict_does_not_refuse_a_change_of_the_releases_own_default(tmp_path, capsys):
+def test_strict_does_not_refuse_a_change_of_the_releases_own_default(tmp_path, run_module):
     host = Host(tmp_path)
     host.state["gate"] = real_answer("0.5.9", "pp8")
     host.save()
-    result = run_on_box_with(host, capsys, "pp8", {}, strict=True)
+    result = run_on_box_with(host, run_module, "pp8", {}, strict=True)
     assert not result.get("failed"), result.get("msg")
     assert result["server_args"]["messages"] == [
         "sglang 0.5.9 changes overlap schedule from its default on to off"]
     assert result["server_args"]["strict_refuses"] == []
 
 
-def test_without_the_gpu_model_the_gate_is_skipped_with_a_warning(tmp_path, capsys, warned):
+def test_without_the_gpu_model_the_gate_is_skipped_with_a_warning(tmp_path, run_module, warned):
     host = Host(tmp_path)
-    result = run_module(host.args(), capsys)
+    result = run_module(server_preflight, host.args())[0]
     assert not result.get("failed"), result.get("msg")
     assert result["server_args"]["verdict"] == "skipped"
     assert gate_calls(host) == []

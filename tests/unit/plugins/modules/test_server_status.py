@@ -3,12 +3,11 @@ a fake SGLang HTTP server on loopback."""
 import hashlib
 import json
 import os
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from ansible_collections.gpufleet.sglang.plugins.modules import server_status
+from ansible_collections.gpufleet.sglang.tests.doubles import QuietHandler, start_http, stop_http
 
 METRICS = """\
 # HELP sglang:num_running_reqs The number of running requests.
@@ -37,7 +36,7 @@ class FakeSGLang:
         self.hits = []
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_GET(self):
                 outer.hits.append(self.path)
                 code, body = outer.routes.get(self.path, (404, b""))
@@ -46,16 +45,11 @@ class FakeSGLang:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def log_message(self, *args):
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = start_http(Handler)
         self.port = self.httpd.server_address[1]
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
     def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        stop_http(self.httpd)
 
 
 class Host(object):

@@ -1,0 +1,60 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.sglang contributors
+# MIT License (see LICENSE)
+#
+# This doc fragment is PRIVATE to the gpufleet.sglang collection.
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+
+class ModuleDocFragment(object):
+    """Options the model step's modules share (their specs: module_utils/_model_args.py)."""
+
+    # The model directory a module works on (model_check, model_fetch).
+    DOCUMENTATION = r"""
+options:
+  path:
+    description: The model directory on the host.
+    type: path
+    required: true
+  commit:
+    description: The 40-hex commit the directory holds when it is verified.
+    type: str
+    required: true
+  workers:
+    description: Files hashed (and, for M(gpufleet.sglang.model_fetch), downloaded) at the same time.
+    type: int
+    default: 4
+"""
+
+    # The Hub a module asks (model_resolve, model_fetch); the token stays each module's own.
+    HUB = r"""
+options:
+  repo_id:
+    description: The repo, C(<org>/<name>).
+    type: str
+    required: true
+  endpoint:
+    description: The Hub or a site mirror (C(HF_ENDPOINT)).
+    type: str
+    default: https://huggingface.co
+  xet:
+    description:
+      - Let huggingface_hub use Xet storage on the hosts; false sets C(HF_HUB_DISABLE_XET=1).
+      - M(gpufleet.sglang.model_resolve) refuses an endpoint that advertises Xet without
+        serving it when this is true.
+    type: bool
+    default: false
+"""
+
+    # The transfer's progress file: model_fetch writes it, model_wait reads it.
+    PROGRESS = r"""
+options:
+  progress_path:
+    description:
+      - The transfer's progress file (JSON, one line of files, bytes, rate and ETA).
+      - M(gpufleet.sglang.model_fetch) writes it; M(gpufleet.sglang.model_wait) reads it.
+    type: path
+"""
