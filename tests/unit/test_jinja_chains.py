@@ -5,9 +5,9 @@ or ``rejectattr`` over hostvars, ``zip`` over hosts) unless a comment in the tas
 plugin cannot hold it (``# jinja-chain: <why>``). What a fleet computes across hosts is a
 filter or an action plugin with unit tests.
 
-OFFENDERS lists the chains that are there now in files other branches are rewriting; each
-entry names the branch that removes it. The lead empties it after merging. A chain not on
-the list fails; so does an entry that no longer matches (the list only shrinks)."""
+OFFENDERS lists chains allowed for a while (each entry names the work that removes it); it
+is empty now. A chain not on the list fails; so does an entry that no longer matches (the
+list only shrinks)."""
 
 import os
 import re
@@ -19,17 +19,7 @@ TOPS = ("playbooks", "roles")
 EXEMPT = "jinja-chain:"
 
 # (file, task name) -> the branch that rewrites it
-OFFENDERS = {
-    # branch control-plane: the status table becomes an action plugin
-    ("playbooks/status.yml", "Report what runs where"): "control-plane",
-    # branch control-plane: the batch's leaving hosts
-    ("roles/server/tasks/router_leave.yml", "Take the batch's restarting servers out of the router"): "control-plane",
-    # branch control-plane: the batch's failed hosts (rollout.yml)
-    ("roles/server/tasks/rollout.yml", "Put the last known good server back"): "control-plane",
-    # branch swarm: the model's hosts, seeds and rounds
-    ("roles/model/tasks/fetch.yml",
-     "List the files at the commit and plan the fan-out (once for the fleet)"): "swarm",
-}
+OFFENDERS = {}  # emptied once the control-plane and swarm branches landed
 
 _ACROSS = re.compile(r"\bhostvars\b|\bansible_play_(?:hosts|batch)(?:_all)?\b|\bgroups\b")
 _PATTERN = re.compile(r"map\(\s*['\"]extract['\"]|\b(?:select|reject)attr\(|\bzip\(")
