@@ -35,9 +35,9 @@ description:
     BitTorrent piece hashes from the same bytes); it is not read back to be hashed.
   - With O(swarm), the host takes part in the site's BitTorrent swarm (libtorrent, in this
     process only, for as long as the step runs); the seed publishes each file's piece
-    hashes to O(swarm.published) as soon as it verified the file and serves it at once; a
+    hashes to the C(published) journal of O(swarm) as soon as it verified the file and serves it at once; a
     holder (a host verified already) serves its copy; a peer adds the records the
-    controller appends to O(swarm.inbox) and libtorrent checks every piece as it arrives.
+    controller appends to the C(inbox) journal of O(swarm) and libtorrent checks every piece as it arrives.
     Every host serves what it holds. The run ends when the inbox says stop.
 requirements:
   - huggingface_hub (for O(source=hub))

@@ -68,7 +68,7 @@ def test_seed_and_two_peers_hash_once_and_close_the_port(hub, tmp_path):
         os.makedirs(base)
     ps = [params(hub, commit, tmp_path, "seed" if i == 0 else "peer", ADDRS[i], port)
           for i in range(3)]
-    results = [result() for _ in range(3)]
+    results = [result() for _index in range(3)]
     steps = [_swarm_step.Step(ps[i], bases[i], manifest, {}, str(tmp_path / ("prog%d" % i)),
                               results[i], lt) for i in range(3)]
     out = {}
@@ -145,7 +145,7 @@ def test_holders_repair_a_truncated_shard_with_no_hub_byte(hub, tmp_path):
     before = hub.state.counters()["file_bytes_total"]
     ps = [params(hub, commit, tmp_path, "holder" if i < 2 else "peer", ADDRS[i], port, "s2")
           for i in range(3)]
-    results = [result() for _ in range(3)]
+    results = [result() for _index in range(3)]
     steps = [_swarm_step.Step(ps[i], bases[i], manifest,
                               dict((e["path"], (e["size"], 0)) for e in manifest) if i < 2
                               else good, None, results[i], lt) for i in range(3)]
@@ -153,7 +153,7 @@ def test_holders_repair_a_truncated_shard_with_no_hub_byte(hub, tmp_path):
     threads = [threading.Thread(target=run_step, args=(steps[i], [], out)) for i in range(3)]
     for thread in threads:
         thread.start()
-    relay(ps[0], ps[2:], lambda: steps[2].complete(), others=[ps[1]])
+    relay(ps[0], ps[2:], steps[2].complete, others=[ps[1]])
     for thread in threads:
         thread.join(30)
     assert out == {"holder127.0.0.1": True, "holder127.0.0.2": True, "peer127.0.0.3": True}
