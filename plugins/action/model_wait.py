@@ -14,8 +14,15 @@ import time
 
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _waiter
 
 display = Display()
+
+
+def finished(status):
+    """The model wait's readiness predicate: async_status says the job ended (or failed
+    before it could say so)."""
+    return bool(status.get("finished") or status.get("failed") and "finished" not in status)
 
 
 class ActionModule(ActionBase):
@@ -69,43 +76,50 @@ class ActionModule(ActionBase):
         after = int(args.get("published_after", 0))
         total = int(args.get("published_total", 0))
         batch = float(args.get("published_batch", 1.0))
-        first_new = None
         host = task_vars.get("inventory_hostname")
-        started = time.time()
-        last_line = 0.0
+        seen = {"last_line": 0.0, "first_new": None}
         lines = []
-        while True:
+
+        def poll():
+            """One look: ("ended", status) when the job ended, ("answer", result) when what
+            ``until`` waits for is there, None to look again."""
             status = self._status(jid, task_vars)
-            if status.get("finished") or status.get("failed") and "finished" not in status:
+            if finished(status):
                 if status.get("failed") or until == "finished":
-                    break
+                    return ("ended", status)
                 # ended before what we wait for: its result says why
-                return dict(result, failed=True, progress=lines,
-                            msg="the transfer on %s ended: %s" % (host, status.get("msg")))
+                return ("answer", dict(result, failed=True, progress=lines,
+                                       msg="the transfer on %s ended: %s" % (host, status.get("msg"))))
             if until == "published":
                 # new records are gathered for up to `batch` seconds (a burst of small files
                 # makes one wave, not one per file); all of them at once when all are out
                 records = self._published(args["published_path"], session, task_vars)
-                if len(records) > after and first_new is None:
-                    first_new = time.time()
-                if len(records) >= total or (first_new is not None
-                                             and time.time() - first_new >= batch):
-                    return dict(result, changed=False, progress=lines,
-                                published=records[after:], count=len(records), session=session,
-                                all_published=len(records) >= total)
+                if len(records) > after and seen["first_new"] is None:
+                    seen["first_new"] = time.monotonic()
+                if len(records) >= total or (seen["first_new"] is not None
+                                             and time.monotonic() - seen["first_new"] >= batch):
+                    return ("answer", dict(result, changed=False, progress=lines,
+                                           published=records[after:], count=len(records),
+                                           session=session, all_published=len(records) >= total))
             progress = self._progress(path, task_vars) if path else None
             if until == "complete" and progress and progress.get("session") == session \
                     and progress.get("complete"):
-                return dict(result, changed=False, progress=lines + [progress.get("line")])
-            if progress and time.time() - last_line >= interval:
-                last_line = time.time()
+                return ("answer", dict(result, changed=False, progress=lines + [progress.get("line")]))
+            if progress and time.monotonic() - seen["last_line"] >= interval:
+                seen["last_line"] = time.monotonic()
                 line = "%s: %s" % (host, progress.get("line"))
                 lines.append(line)
                 display.display("model transfer " + line)
-            if time.time() - started > timeout:
-                return dict(result, failed=True, progress=lines,
-                            msg="the transfer on %s ran longer than %ds" % (host, timeout))
-            time.sleep(interval if until == "finished" else min(interval, 0.3))
+            return None
+
+        done = _waiter.wait(poll, timeout=timeout,
+                            interval=interval if until == "finished" else min(interval, 0.3))
+        if not done.ok:
+            return dict(result, failed=True, progress=lines,
+                        msg="the transfer on %s ran longer than %ds" % (host, timeout))
+        kind, status = done.value
+        if kind == "answer":
+            return status
         status.pop("invocation", None)
         for key in ("ansible_job_id", "started", "finished", "results_file", "stdout",
                     "stderr", "erased"):
