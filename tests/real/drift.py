@@ -197,8 +197,8 @@ def markdown(report):
     for title, left, right, entries in tables:
         lines += ["", "## " + title, "", "| difference | %s | %s | reason |" % (left, right), "|---|---|---|---|"]
         for e in entries:
-            lines.append("| %s | %s | %s | %s |" % (e["key"], _cell(e["expected"]), _cell(e["got"]),
-                                                   e.get("reason") or ("fails" if left == "fixture" else "**unexplained**")))
+            reason = e.get("reason") or ("fails" if left == "fixture" else "**unexplained**")
+            lines.append("| %s | %s | %s | %s |" % (e["key"], _cell(e["expected"]), _cell(e["got"]), reason))
     return "\n".join(lines) + "\n"
 
 
@@ -243,7 +243,7 @@ def load_answers(directory):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
     sub = ap.add_subparsers(dest="command", required=True)
     req = sub.add_parser("requests")
     req.add_argument("--release", required=True)

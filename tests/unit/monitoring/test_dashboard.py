@@ -8,8 +8,6 @@ import os
 import re
 import sys
 
-import pytest
-
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _monitoring as m
 from ansible_collections.gpufleet.sglang.plugins.module_utils._status import parse_exposition
 

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Do one thing to the fleet, then time an alert of a real Prometheus (test bed only).
 
     alert_clock.py --prometheus URL --alert NAME --host HOST --until firing|cleared \
