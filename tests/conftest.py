@@ -40,6 +40,8 @@ def pytest_configure(config):
     if hasattr(config.option, "ansible_unit_inject_only"):
         os.environ["ANSIBLE_COLLECTIONS_PATH"] = TREE
         config.option.ansible_unit_inject_only = True
+    config.addinivalue_line("markers", "integration: needs the test bed's containers "
+                            "(GPUFLEET_INTEGRATION=1)")
 
 
 # --- one pytest run for every stage (scripts/test): order and per-stage timings -----------
