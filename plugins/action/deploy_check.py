@@ -49,6 +49,20 @@ class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _requires_connection = False
 
+    def _venv_wheels(self, args, task_vars):
+        """The wheels the venv step will install: the task's ``venv_wheels``, else the host's,
+        templated as the server role's prepare step does (``venv_release`` is the server's
+        release there, and the venv role's default is not loaded in this play)."""
+        if args.get("venv_wheels") is not None:
+            return args.get("venv_wheels")
+        if "venv_wheels" not in task_vars:
+            return []
+        env = dict(task_vars)
+        if args.get("release") is not None:
+            env["venv_release"] = args.get("release")
+        return self._templar.copy_with_new_env(available_variables=env).template(
+            task_vars["venv_wheels"])
+
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}
         result = super(ActionModule, self).run(tmp, task_vars)
@@ -62,7 +76,7 @@ class ActionModule(ActionBase):
 
         problems = _inputs.check_fields(values)
         problems.extend(_inputs.wheel_problems(
-            args.get("venv_wheels"), args.get("release"),
+            self._venv_wheels(args, task_vars), args.get("release"),
             lambda path: os.path.isfile(path) and os.access(path, os.R_OK)))
         nnodes = _inputs.nnodes_of(values)
         topology = None

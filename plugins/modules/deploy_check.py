@@ -80,6 +80,8 @@ options:
     description:
       - Wheels on the controller the venv step installs (C(venv_wheels)).
       - Each must be a readable file; a missing one is refused naming it and the release.
+      - Unset, the host's C(venv_wheels) are read and templated as the venv step does, with
+        C(venv_release) set to the server's release.
     type: list
     elements: str
   capacity_mem_fraction_static:
