@@ -106,7 +106,7 @@ def transform(report):
     ys = [p["y"] for p in report["points"]]
     limit = axes.get("tpot_limit_x")
     if xs and limit:
-        xs = xs + [min(min(xs), limit) * 0.8, limit]
+        xs = xs + [min(*xs, limit) * 0.8, limit]
 
     def scale(values, log):
         vals = [math.log10(v) for v in values] if log else list(values)
