@@ -14,7 +14,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type  # pylint: disable=invalid-name
 
-import math
+
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _bench
 
 SLO_KEYS = ("ttft_p99_ms", "tpot_p99_ms")
 
@@ -23,14 +24,8 @@ class SloError(ValueError):
     pass
 
 
-def _num(value):
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        val = float(value)
-    except (TypeError, ValueError):
-        return None
-    return val if math.isfinite(val) else None
+# the bench parser's one reading of a number (None for missing or non-finite)
+_num = _bench._num  # pylint: disable=protected-access
 
 
 def check_slo(slo):
