@@ -7,38 +7,32 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible.plugins.action import ActionBase
-
 from ansible_collections.gpufleet.sglang.plugins.module_utils.tune import plan as _plan
 from ansible_collections.gpufleet.sglang.plugins.module_utils.tune import space as _space
-
-ARGUMENT_SPEC = dict(
-    mode=dict(type="str", choices=["expand", "next"], required=True),
-    space=dict(type="dict"),
-    release=dict(type="str"),
-    flags=dict(type="dict"),
-    candidates=dict(type="list", elements="dict"),
-    preflight=dict(type="raw"),
-    journal=dict(type="path"),
-    model_commit=dict(type="str", default=""),
-    load=dict(type="dict", default={}),
-    hosts=dict(type="list", elements="raw"),
-    budget=dict(type="int", default=0),
-    method=dict(type="str", choices=["auto", "exhaustive", "coordinate"], default="auto"),
-    slo=dict(type="dict", default={}),
-    require_gate=dict(type="bool", default=True),
-)
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils.controller import ControllerAction
 
 
-class ActionModule(ActionBase):
+class ActionModule(ControllerAction):
     """Expand the search space, or plan the next round of trials."""
 
-    TRANSFERS_FILES = False
-    _requires_connection = False
+    ARGUMENT_SPEC = dict(
+        mode=dict(type="str", choices=["expand", "next"], required=True),
+        space=dict(type="dict"),
+        release=dict(type="str"),
+        flags=dict(type="dict"),
+        candidates=dict(type="list", elements="dict"),
+        preflight=dict(type="raw"),
+        journal=dict(type="path"),
+        model_commit=dict(type="str", default=""),
+        load=dict(type="dict", default={}),
+        hosts=dict(type="list", elements="raw"),
+        budget=dict(type="int", default=0),
+        method=dict(type="str", choices=["auto", "exhaustive", "coordinate"], default="auto"),
+        slo=dict(type="dict", default={}),
+        require_gate=dict(type="bool", default=True),
+    )
 
-    def run(self, tmp=None, task_vars=None):
-        result = super(ActionModule, self).run(tmp, task_vars or {})
-        _valid, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+    def act(self, result, args):
         result["changed"] = False
         if args["mode"] == "expand":
             try:

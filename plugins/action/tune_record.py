@@ -9,33 +9,27 @@ __metaclass__ = type
 
 import os
 
-from ansible.plugins.action import ActionBase
-
 from ansible_collections.gpufleet.sglang.plugins.module_utils.tune import metrics as _metrics
 from ansible_collections.gpufleet.sglang.plugins.module_utils.tune import plan as _plan
-
-ARGUMENT_SPEC = dict(
-    journal=dict(type="path", required=True),
-    candidate=dict(type="dict", required=True),
-    host=dict(type="str", required=True),
-    runs=dict(type="list", elements="dict", default=[]),
-    status=dict(type="str", choices=["ok", "failed"], default="ok"),
-    reason=dict(type="str", default=""),
-    wall_s=dict(type="float"),
-    load=dict(type="dict", default={}),
-    slo=dict(type="dict", default={}),
-)
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils.controller import ControllerAction
 
 
-class ActionModule(ActionBase):
+class ActionModule(ControllerAction):
     """Append one trial to the journal on the controller."""
 
-    TRANSFERS_FILES = False
-    _requires_connection = False
+    ARGUMENT_SPEC = dict(
+        journal=dict(type="path", required=True),
+        candidate=dict(type="dict", required=True),
+        host=dict(type="str", required=True),
+        runs=dict(type="list", elements="dict", default=[]),
+        status=dict(type="str", choices=["ok", "failed"], default="ok"),
+        reason=dict(type="str", default=""),
+        wall_s=dict(type="float"),
+        load=dict(type="dict", default={}),
+        slo=dict(type="dict", default={}),
+    )
 
-    def run(self, tmp=None, task_vars=None):
-        result = super(ActionModule, self).run(tmp, task_vars or {})
-        _valid, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+    def act(self, result, args):
         parent = os.path.dirname(args["journal"])
         if parent and not os.path.isdir(parent) and not self._task.check_mode:
             os.makedirs(parent)

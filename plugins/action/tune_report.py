@@ -9,23 +9,13 @@ __metaclass__ = type
 
 import os
 
-from ansible.plugins.action import ActionBase
-
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _files
 from ansible_collections.gpufleet.sglang.plugins.module_utils._bench import BenchError
 from ansible_collections.gpufleet.sglang.plugins.module_utils._bench_chart import matplotlib_error
 from ansible_collections.gpufleet.sglang.plugins.module_utils.tune import journal as _journal
 from ansible_collections.gpufleet.sglang.plugins.module_utils.tune import metrics as _metrics
 from ansible_collections.gpufleet.sglang.plugins.module_utils.tune import report as _report
-
-ARGUMENT_SPEC = dict(
-    journal=dict(type="path", required=True),
-    plan=dict(type="dict", required=True),
-    slo=dict(type="dict", default={}),
-    dest=dict(type="path"),
-    chart=dict(type="bool", default=True),
-    title=dict(type="str"),
-)
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils.controller import ControllerAction
 
 
 def _differs(path, data):
@@ -36,15 +26,19 @@ def _differs(path, data):
         return True
 
 
-class ActionModule(ActionBase):
+class ActionModule(ControllerAction):
     """Write the tune's report on the controller."""
 
-    TRANSFERS_FILES = False
-    _requires_connection = False
+    ARGUMENT_SPEC = dict(
+        journal=dict(type="path", required=True),
+        plan=dict(type="dict", required=True),
+        slo=dict(type="dict", default={}),
+        dest=dict(type="path"),
+        chart=dict(type="bool", default=True),
+        title=dict(type="str"),
+    )
 
-    def run(self, tmp=None, task_vars=None):
-        result = super(ActionModule, self).run(tmp, task_vars or {})
-        _valid, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+    def act(self, result, args):
         result["changed"] = False
         try:
             report = _report.build(args["plan"], _journal.read(args["journal"]), args["slo"] or None)
