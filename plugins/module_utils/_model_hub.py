@@ -163,6 +163,18 @@ def partial_sizes(staging, manifest):
     return sizes
 
 
+def _resumable(staging, missing):
+    """(path -> the partial file a download of ``missing`` continues, the partial files
+    removed): the largest partial file of an entry is kept when it holds some bytes and no
+    more than the entry's size; every other partial file is removed."""
+    resumable = {}
+    for item in missing:
+        found = _orphans(staging, item)
+        if found and 0 < os.path.getsize(found[0]) <= item["size"]:
+            resumable[item["path"]] = found[0]
+    return resumable, clean_partials(staging, set(resumable.values()))
+
+
 def clean_partials(staging, keep):
     """Remove every huggingface_hub partial file except those in ``keep``."""
     removed = []
@@ -185,12 +197,7 @@ def download(staging, repo_id, commit, missing, endpoint, token="", xet=False, w
     from huggingface_hub.file_download import http_get
     from huggingface_hub.utils import build_hf_headers
 
-    resumable = {}
-    for item in missing:
-        found = _orphans(staging, item)
-        if found and 0 < os.path.getsize(found[0]) <= item["size"]:
-            resumable[item["path"]] = found[0]
-    removed = clean_partials(staging, set(resumable.values()))
+    resumable, removed = _resumable(staging, missing)
     resumed_from = {}
 
     def one(item):
@@ -307,12 +314,7 @@ def download_hashing(staging, repo_id, commit, missing, endpoint, token="", xet=
     from huggingface_hub.utils import build_hf_headers
     from ansible_collections.gpufleet.sglang.plugins.module_utils import _swarm
 
-    resumable = {}
-    for item in missing:
-        found = _orphans(staging, item)
-        if found and 0 < os.path.getsize(found[0]) <= item["size"]:
-            resumable[item["path"]] = found[0]
-    removed = clean_partials(staging, set(resumable.values()))
+    resumable, removed = _resumable(staging, missing)
     resumed_from = {}
     hashed = {}
     lock = threading.Lock()
