@@ -71,26 +71,27 @@ def is_deprecated_help(help_text, names=()):
     return False
 
 
-def _split_top_level(text, sep):
-    """Split ``text`` on ``sep`` outside ``{}``/``[]``/``()`` brackets."""
-    parts = []
+def _outside_brackets(text):
+    """Indexes of the characters of ``text`` outside ``{}``/``[]``/``()`` brackets, brackets
+    themselves left out (a closing bracket without its opening one is passed over)."""
     depth = 0
-    start = 0
-    i = 0
-    n = len(text)
-    seplen = len(sep)
-    while i < n:
-        char = text[i]
+    for i, char in enumerate(text):
         if char in "{[(":
             depth += 1
         elif char in "}])":
             depth = max(0, depth - 1)
-        elif depth == 0 and text.startswith(sep, i):
+        elif depth == 0:
+            yield i
+
+
+def _split_top_level(text, sep):
+    """Split ``text`` on ``sep`` (no bracket in it) outside ``{}``/``[]``/``()`` brackets."""
+    parts = []
+    start = 0
+    for i in _outside_brackets(text):
+        if i >= start and text.startswith(sep, i):
             parts.append(text[start:i])
-            i += seplen
-            start = i
-            continue
-        i += 1
+            start = i + len(sep)
     parts.append(text[start:])
     return parts
 
@@ -100,18 +101,9 @@ def _split_invocation(content):
 
     The invocation ends at the first run of two or more spaces outside brackets.
     """
-    depth = 0
-    n = len(content)
-    i = 0
-    while i < n:
-        char = content[i]
-        if char in "{[(":
-            depth += 1
-        elif char in "}])":
-            depth = max(0, depth - 1)
-        elif depth == 0 and char == " " and i + 1 < n and content[i + 1] == " ":
+    for i in _outside_brackets(content):
+        if content.startswith("  ", i):
             return content[:i], content[i:].strip()
-        i += 1
     return content.rstrip(), ""
 
 
