@@ -101,6 +101,15 @@ def _check_flag(flags, name, release, where, problems):
     return flag, spec
 
 
+def _not_a_knob(checked, values, problems, clash):
+    """``checked`` (what :func:`_check_flag` returned) unless its flag is among the knobs in
+    ``values`` already: then None after adding the problem ``clash``."""
+    if checked is not None and checked[0] in values:
+        problems.append(clash)
+        return None
+    return checked
+
+
 def expand(space, flags, release):
     """``{"candidates": [...], "knobs": [flag...], "strategies": [...]}`` of a space.
 
@@ -158,12 +167,11 @@ def expand(space, flags, release):
             problems.append("tune_space.knobs %s: give a list of at least one value, got %r"
                             % (name, vals))
             continue
+        checked = _not_a_knob(checked, values, problems,
+                              "tune_space.knobs %s: the same flag is listed twice" % name)
         if checked is None:
             continue
         flag, spec = checked
-        if flag in values:
-            problems.append("tune_space.knobs %s: the same flag is listed twice" % name)
-            continue
         bad = [p for p in (_check_value(flag, spec, v, release, "tune_space.knobs") for v in vals) if p]
         problems.extend(bad)
         dupes = [v for i, v in enumerate(vals) if v in vals[:i]]
@@ -175,12 +183,11 @@ def expand(space, flags, release):
     fixed_args = {}
     for name, val in fixed.items():
         checked = _check_flag(flags, name, release, "tune_space.fixed", problems)
+        checked = _not_a_knob(checked, values, problems,
+                              "tune_space.fixed %s: the flag is a knob too" % name)
         if checked is None:
             continue
         flag, spec = checked
-        if flag in values:
-            problems.append("tune_space.fixed %s: the flag is a knob too" % name)
-            continue
         problem = _check_value(flag, spec, val, release, "tune_space.fixed")
         if problem:
             problems.append(problem)
