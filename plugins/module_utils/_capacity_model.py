@@ -274,14 +274,9 @@ class LayerSpec(object):
     def __init__(self, index, moe):
         self.index = index
         self.moe = moe
-        self.attn_split = 0
-        self.attn_kv = 0
-        self.replicated = 0
-        self.mlp_split = 0
-        self.expert_bytes = 0
-        self.n_experts = 0
-        self.params = 0
-        self.attn_bytes = 0
+        # bytes of each group, routed experts and parameters: summed as the layer is built
+        self.attn_split = self.attn_kv = self.replicated = self.mlp_split = 0
+        self.expert_bytes = self.n_experts = self.params = self.attn_bytes = 0
 
     def total_bytes(self):
         return (self.attn_split + self.attn_kv + self.replicated + self.mlp_split
