@@ -21,9 +21,8 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils._server_unit impor
     render_unit,
     systemd_arg,
 )
-
-
-LAYOUT = {"tp": 8, "pp": 1, "ep": 8, "dp": 1, "name": "tp8-ep8", "nnodes": 1, "gpus": 8}
+from ansible_collections.gpufleet.sglang.tests.unit_params import LAYOUT
+from ansible_collections.gpufleet.sglang.tests.unit_params import server_unit_params as params
 
 
 # The role's templates as they were when server_unit replaced them (frozen here, so the
@@ -117,33 +116,6 @@ SGLANG_PP_LAYER_PARTITION={{ server_pp_layer_partition }}
 TEMPLATE_SOURCES["server.service.j2"] = TEMPLATE_SOURCES["server.service.j2"].replace("@STRATEGY_LINE@", (
     "# Strategy {{ server_layout.name }} (tp {{ server_layout.tp }}, pp {{ server_layout.pp }},"
     " ep {{ server_layout.ep }}, dp {{ server_layout.dp }}) on SGLang {{ server_flags.version }}."))
-
-
-def params(**over):
-    p = dict(
-        service_name="sglang",
-        python="/opt/sglang/0.5.9/bin/python",
-        argv=["--model-path", "/models/kimi-k2", "--tp-size", "8", "--ep-size", "8",
-              "--host", "0.0.0.0", "--port", "30000"],
-        api_key="",
-        hf_token="",
-        environment={},
-        pp_layer_partition="",
-        user="sglang",
-        group="sglang",
-        device_groups=["video"],
-        home="/var/lib/sglang",
-        config_dir="/etc/sglang",
-        restart_sec=10,
-        start_limit_burst=3,
-        start_limit_interval_sec=3600,
-        timeout_stop_sec=120,
-        strategy="tp8-ep8",
-        layout=dict(LAYOUT),
-        release="0.5.9",
-    )
-    p.update(over)
-    return p
 
 
 def jinja_render(name, p):

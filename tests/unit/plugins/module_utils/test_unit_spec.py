@@ -15,37 +15,16 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils._server_unit impor
     render_unit,
     summary,
 )
+from ansible_collections.gpufleet.sglang.tests.unit_params import server_unit_params
 
 ENV_PATH = "/etc/sglang/sglang.env"
-LAYOUT = {"tp": 8, "pp": 1, "ep": 8, "dp": 1, "name": "tp8-ep8", "nnodes": 1, "gpus": 8}
 PID = 4242
 
 
 def params(**over):
-    p = dict(
-        service_name="sglang",
-        python="/opt/sglang/0.5.9/bin/python",
-        argv=["--model-path", "/models/kimi-k2", "--tp-size", "8", "--ep-size", "8",
-              "--host", "0.0.0.0", "--port", "30000"],
-        api_key="secret",
-        hf_token="",
-        environment={"NCCL_DEBUG": "WARN"},
-        pp_layer_partition="",
-        user="sglang",
-        group="sglang",
-        device_groups=["video"],
-        home="/var/lib/sglang",
-        config_dir="/etc/sglang",
-        restart_sec=10,
-        start_limit_burst=3,
-        start_limit_interval_sec=3600,
-        timeout_stop_sec=120,
-        strategy="tp8-ep8",
-        layout=dict(LAYOUT),
-        release="0.5.9",
-    )
-    p.update(over)
-    return p
+    """The shared unit parameters with an API key and one environment variable."""
+    return server_unit_params(**dict({"api_key": "secret", "environment": {"NCCL_DEBUG": "WARN"}},
+                                     **over))
 
 
 def files(p):
