@@ -26,11 +26,9 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_argv impor
 from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_help import parse_help
 
 import rebuild_sglang_help
-from ansible_collections.gpufleet.sglang.tests.paths import FIXTURES as _FIXTURES
+from ansible_collections.gpufleet.sglang.tests.paths import SGLANG_HELP as FIXTURES
+from ansible_collections.gpufleet.sglang.tests.paths import SGLANG_RELEASES as RELEASES
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-FIXTURES = os.path.join(_FIXTURES, "sglang-help")
-RELEASES = ["0.4.6.post5", "0.5.4.post3", "0.5.9", "0.5.23"]
 BASE = {"--model-path": "/models/k", "--host": "0.0.0.0", "--port": 30000,
         "--served-model-name": "kimi"}
 

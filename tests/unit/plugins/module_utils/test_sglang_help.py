@@ -20,13 +20,10 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_help impor
     parse_help,
     resolve,
 )
-from ansible_collections.gpufleet.sglang.tests.paths import FIXTURES as _FIXTURES
+from ansible_collections.gpufleet.sglang.tests.paths import SGLANG_HELP as FIXTURES
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-FIXTURES = os.path.join(_FIXTURES, "sglang-help")
 REBUILD = os.path.join(HERE, "rebuild_sglang_help.py")
-
-RELEASES = ["0.4.6.post5", "0.5.4.post3", "0.5.9", "0.5.23"]
 
 # (fixture text, release of its actions.json, expected prog)
 TEXTS = [

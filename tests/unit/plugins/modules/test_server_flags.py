@@ -12,9 +12,7 @@ import pytest
 
 
 from ansible_collections.gpufleet.sglang.plugins.modules import server_flags
-from ansible_collections.gpufleet.sglang.tests.paths import FIXTURES as _FIXTURES
-
-FIXTURES = os.path.join(_FIXTURES, "sglang-help")
+from ansible_collections.gpufleet.sglang.tests.paths import SGLANG_HELP as FIXTURES
 
 # The one fake SGLang interpreter of the module tests (tests/fakes/venv-python).
 FAKES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "fakes")
