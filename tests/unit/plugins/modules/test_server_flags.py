@@ -185,12 +185,18 @@ def test_garbled_help_fails_cleanly(tmp_path, run_module):
     assert not fake.cache_dir.exists() or not os.listdir(str(fake.cache_dir))
 
 
-def test_failing_help_reports_cmd_rc_stderr(tmp_path, run_module):
+def _failing(tmp_path, run_module, **fault):
+    """The module on a 0.5.9 fake with ``fault`` set: it must fail with rc 1."""
     fake = Fake(tmp_path, "0.5.9")
-    fake.set(help_rc=1)
+    fake.set(**fault)
     result, failed = run_module(server_flags, fake.args())
     assert failed
     assert result["rc"] == 1
+    return fake, result
+
+
+def test_failing_help_reports_cmd_rc_stderr(tmp_path, run_module):
+    _fake, result = _failing(tmp_path, run_module, help_rc=1)
     assert "ImportError: boom" in result["stderr"]
     assert "--help" in result["cmd"]
     assert "0.5.9" in result["msg"]
@@ -210,11 +216,7 @@ def test_help_timeout(tmp_path, run_module):
 
 
 def test_failing_release_query_reports_cmd_rc_stderr(tmp_path, run_module):
-    fake = Fake(tmp_path, "0.5.9")
-    fake.set(query_rc=1)
-    result, failed = run_module(server_flags, fake.args())
-    assert failed
-    assert result["rc"] == 1
+    fake, result = _failing(tmp_path, run_module, query_rc=1)
     assert "No module named 'sglang'" in result["stderr"]
     assert "cmd" in result
     assert fake.help_runs == 0
