@@ -48,6 +48,18 @@ def plan_for(release, argv, env=None, monkeypatch=None):
     return memory.plan(release, args, lay)
 
 
+def failed_tp8(tmp_path, release, fraction=None, **extra):
+    """stderr of the emulator's launch of the model at tp8 (``fraction``: the
+    --mem-fraction-static given, if any), which must exit 1."""
+    argv = ["--model-path", MODEL, "--tp", "8"]
+    if fraction is not None:
+        argv += ["--mem-fraction-static", fraction]
+    res = run_cli(tmp_path, argv, release, **extra)
+    err = res.stderr.decode()
+    assert res.returncode == 1, err
+    return err
+
+
 def fail_line(stderr, exc_name):
     lines = [ln for ln in stderr.splitlines() if ln.startswith(exc_name + ": ")]
     assert lines, stderr
@@ -91,10 +103,7 @@ def test_closure_puts_dependencies_first():
 @pytest.mark.parametrize("release", RELEASES)
 def test_too_small_fraction_fails_during_load(tmp_path, release):
     """K2.5 tp8 at --mem-fraction-static 0.05 on 8 x 97887 MiB: the KV pool gets nothing."""
-    res = run_cli(tmp_path, ["--model-path", MODEL, "--tp", "8", "--mem-fraction-static",
-                             "0.05"], release)
-    err = res.stderr.decode()
-    assert res.returncode == 1, err
+    err = failed_tp8(tmp_path, release, "0.05")
     assert "Load weight begin. avail mem=95.59 GB" in err
     assert "Load weight end." in err and "mem usage=71.83 GB." in err
     assert "Uvicorn running" not in err and "max_total_num_tokens=" not in err
@@ -122,10 +131,7 @@ def test_0523_less_than_one_token_left_is_the_pool_config_error(tmp_path):
     weights = exact_weights()[0]
     cell = 61 * 1152  # MLA (512 + 64) x bf16 x 61 layers, not divided by TP
     fraction = repr((weights + cell / 2.0) / (RTX_MIB * 2 ** 20))
-    res = run_cli(tmp_path, ["--model-path", MODEL, "--tp", "8", "--mem-fraction-static",
-                             fraction], "0.5.23")
-    err = res.stderr.decode()
-    assert res.returncode == 1, err
+    err = failed_tp8(tmp_path, "0.5.23", fraction)
     assert fail_line(err, "RuntimeError") == "RuntimeError: " + NOT_ENOUGH
     assert "ValueError" not in err
 
@@ -165,10 +171,7 @@ def test_default_fraction_fits_and_reports_the_kv_pool(tmp_path, release):
 
 @pytest.mark.parametrize("release", RELEASES)
 def test_fraction_without_activation_room_fails_in_graph_capture(tmp_path, release):
-    res = run_cli(tmp_path, ["--model-path", MODEL, "--tp", "8", "--mem-fraction-static",
-                             "0.99"], release)
-    err = res.stderr.decode()
-    assert res.returncode == 1, err
+    err = failed_tp8(tmp_path, release, "0.99")
     word = "CUDA" if release == "0.4.6.post5" else "cuda"
     assert ("Exception: Capture %s graph failed: CUDA out of memory. Tried to allocate "
             % word) in err
@@ -207,10 +210,7 @@ def test_activation_room_threshold_is_the_planners(monkeypatch):
 
 
 def test_weights_larger_than_the_gpu_are_a_torch_oom_while_loading(tmp_path):
-    res = run_cli(tmp_path, ["--model-path", MODEL, "--tp", "8"], "0.5.9",
-                  SGLANG_EMULATOR_GPU_MEMORY_MIB="40960")
-    err = res.stderr.decode()
-    assert res.returncode == 1, err
+    err = failed_tp8(tmp_path, "0.5.9", SGLANG_EMULATOR_GPU_MEMORY_MIB="40960")
     assert "Load weight begin. avail mem=40.00 GB" in err
     assert "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate " in err
     assert "GPU 0 has a total capacity of 40.00 GiB" in err
