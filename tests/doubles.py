@@ -2,6 +2,7 @@
 """Small test doubles the tests share, imported as
 ``ansible_collections.gpufleet.sglang.tests.doubles``."""
 
+import os
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -23,3 +24,12 @@ def start_http(handler):
 def stop_http(httpd):
     httpd.shutdown()
     httpd.server_close()
+
+
+def lstat_tree(root):
+    """``(path, os.lstat(path))`` of every directory and file under ``root`` (links not
+    followed), in ``os.walk`` order."""
+    for base, dirs, files in os.walk(str(root)):
+        for name in dirs + files:
+            path = os.path.join(base, name)
+            yield path, os.lstat(path)

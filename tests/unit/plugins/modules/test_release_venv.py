@@ -17,6 +17,7 @@ import pytest
 from ansible.module_utils import basic
 
 from ansible_collections.gpufleet.sglang.plugins.modules import release_venv
+from ansible_collections.gpufleet.sglang.tests.doubles import lstat_tree
 
 FAKE = r'''#!{python}
 import json, os, shutil, sys
@@ -98,11 +99,8 @@ class Host:
     def tree(self):
         """Every path under the temp dir with its mtime (ns) and, for links, the target."""
         seen = {}
-        for base, dirs, files in os.walk(str(self.tmp)):
-            for name in dirs + files:
-                path = os.path.join(base, name)
-                st = os.lstat(path)
-                seen[path] = (st.st_mtime_ns, os.readlink(path) if os.path.islink(path) else None)
+        for path, st in lstat_tree(self.tmp):
+            seen[path] = (st.st_mtime_ns, os.readlink(path) if os.path.islink(path) else None)
         return seen
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils._server_unit import HEADER
 from ansible_collections.gpufleet.sglang.plugins.modules import server_unit
+from ansible_collections.gpufleet.sglang.tests.doubles import lstat_tree
 
 API_KEY = "sk-Zq9\"quote\\back"
 HF_TOKEN = "hf_Xy7tokenvalue"
@@ -109,15 +110,12 @@ class Host(object):
     def tree(self):
         """Every path under the root with its mtime, mode and content (files)."""
         out = {}
-        for base, dirs, files in os.walk(str(self.root)):
-            for name in dirs + files:
-                path = os.path.join(base, name)
-                st = os.lstat(path)
-                content = None
-                if stat.S_ISREG(st.st_mode):
-                    with open(path, "rb") as handle:
-                        content = handle.read()
-                out[os.path.relpath(path, str(self.root))] = (st.st_mtime_ns, stat.S_IMODE(st.st_mode), content)
+        for path, st in lstat_tree(self.root):
+            content = None
+            if stat.S_ISREG(st.st_mode):
+                with open(path, "rb") as handle:
+                    content = handle.read()
+            out[os.path.relpath(path, str(self.root))] = (st.st_mtime_ns, stat.S_IMODE(st.st_mode), content)
         return out
 
 
