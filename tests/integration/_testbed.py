@@ -2,6 +2,7 @@
 """What the integration tests share: the environment for podman and ansible-playbook, one
 runner for each, an HTTP probe of a published port, and the failure that stopped a run."""
 
+import contextlib
 import json
 import os
 import subprocess
@@ -76,6 +77,20 @@ def create_fleet(inventories, forks=1, timeout=300):
         if proc.returncode != 0:
             return step, proc
     return None
+
+
+@contextlib.contextmanager
+def fleet_up(inventories, forks=1):
+    """The fleet of ``inventories`` created and prepared (the step that failed is the
+    assertion's message) for the ``with`` block, destroyed after it unless
+    GPUFLEET_KEEP_TESTBED=1."""
+    failed = create_fleet(inventories, forks=forks)
+    assert failed is None, (failed[0], failed[1].stdout[-3000:], failed[1].stderr[-2000:])
+    try:
+        yield
+    finally:
+        if os.environ.get("GPUFLEET_KEEP_TESTBED") != "1":
+            playbook(inventories, os.path.join(TESTBED, "destroy.yml"))
 
 
 def http_status(port, path="/health"):

@@ -26,12 +26,11 @@ import urllib.request
 
 import pytest
 
+import _testbed
+from bad_input_report import write_report
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, HERE)
-
-import _testbed  # noqa: E402  pylint: disable=wrong-import-position
-from bad_input_report import write_report  # noqa: E402  pylint: disable=wrong-import-position
 
 pytestmark = _testbed.MARKS
 
@@ -231,24 +230,21 @@ RESULT_IDS = set()
 @pytest.fixture(scope="session")
 def fleet():
     started = time.monotonic()
-    failed = _testbed.create_fleet(INVENTORY)
-    assert failed is None, (failed[0], failed[1].stdout[-3000:], failed[1].stderr[-2000:])
-    try:
-        proc = playbook("playbooks/deploy.yml", "-e", "strategy=pp8")
-        assert proc.returncode == 0, proc.stdout[-4000:]
-        baseline = observe()
-        assert baseline["health"] == 200 and baseline["main_pid"] > 0, baseline
-        yield {"baseline": baseline}
-    finally:
-        wall = time.monotonic() - started
-        expected = set(p.values[0]["id"] for p in CASES) | {"accepted"}
-        if RESULT_IDS >= expected:
-            write_report(REPORT, RESULTS, RELEASE, wall, HOST)
-        elif RESULTS:
-            write_report(os.path.join(ROOT, ".cache", "bad-input-partial.md"), RESULTS,
-                         RELEASE, wall, HOST)
-        if os.environ.get("GPUFLEET_KEEP_TESTBED") != "1":
-            playbook(os.path.join(ROOT, "tests", "testbed", "destroy.yml"))
+    with _testbed.fleet_up(INVENTORY):
+        try:
+            proc = playbook("playbooks/deploy.yml", "-e", "strategy=pp8")
+            assert proc.returncode == 0, proc.stdout[-4000:]
+            baseline = observe()
+            assert baseline["health"] == 200 and baseline["main_pid"] > 0, baseline
+            yield {"baseline": baseline}
+        finally:
+            wall = time.monotonic() - started
+            expected = set(p.values[0]["id"] for p in CASES) | {"accepted"}
+            if RESULT_IDS >= expected:
+                write_report(REPORT, RESULTS, RELEASE, wall, HOST)
+            elif RESULTS:
+                write_report(os.path.join(ROOT, ".cache", "bad-input-partial.md"), RESULTS,
+                             RELEASE, wall, HOST)
 
 
 def _deploy(extra):

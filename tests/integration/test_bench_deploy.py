@@ -9,11 +9,10 @@ import os
 import subprocess
 import sys
 
+import _testbed
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, HERE)
-
-import _testbed  # noqa: E402  pylint: disable=wrong-import-position
 
 pytestmark = _testbed.MARKS
 

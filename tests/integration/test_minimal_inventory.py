@@ -14,14 +14,12 @@ GPU hardware, a CUDA toolkit and PyPI's sglang). Runs only with GPUFLEET_INTEGRA
 import json
 import os
 import re
-import sys
 
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+import _testbed
 
-import _testbed  # noqa: E402  pylint: disable=wrong-import-position
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 pytestmark = _testbed.MARKS
 
@@ -41,13 +39,8 @@ def _run(path, *args, json_out=False):
 
 @pytest.fixture(scope="module")
 def host():
-    failed = _testbed.create_fleet(INVENTORY)
-    assert failed is None, (failed[0], failed[1].stdout[-3000:], failed[1].stderr[-2000:])
-    try:
+    with _testbed.fleet_up(INVENTORY):
         yield HOST
-    finally:
-        if os.environ.get("GPUFLEET_KEEP_TESTBED") != "1":
-            _run(os.path.join(_testbed.TESTBED, "destroy.yml"))
 
 
 def test_hosts_only_fails_once_naming_every_input_and_those_inputs_suffice(host):
