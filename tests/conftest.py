@@ -77,11 +77,54 @@ def _stage_of(item):
     return (10, path)
 
 
-def pytest_collection_modifyitems(items):
+# Two lanes when scripts/test runs on two xdist workers (``-n 2 --dist loadgroup
+# --no-loadscope-reorder``): the scenarios of LANE_1 start at once on one worker and run one
+# after another; the other worker takes the unit tests and the static checks meanwhile
+# (CPU-bound, no fleet), then LANE_2's fleets, one after another. Each lane is one xdist
+# group, so a lane's tests keep their order on one worker (the deploy fleet stays up for the
+# module tests), and no two scenarios of a lane share the machine. Which stage goes where
+# balances the lanes' measured times (below).
+# Seconds alone on an idle machine (the sequential run of 2026-12-01): deploy 377 +
+# fleet-modules 32 + safety 252 + router about 1200 (with the fault suite) = about 31 min;
+# unit 212 + lint 58 + sanity 188, then multinode 133 + compare 379 + gate 96 + model 308 +
+# monitoring 179 + bad-input 159 + minimal 87 + bench-deploy 141 = about 32 min.
+LANE_1 = ("molecule-deploy", "fleet-modules", "molecule-safety", "molecule-router",
+          "molecule-tune")
+LANE_2 = ("molecule-multinode", "molecule-compare", "molecule-gate", "molecule-model",
+          "molecule-monitoring", "molecule-real-release", "bad-input",
+          "tests/integration/test_minimal_inventory.py", "tests/integration/test_bench_deploy.py")
+
+
+def lane_of(stage):
+    """1 or 2 for a stage that brings up a fleet (LANE_1, LANE_2; a new scenario goes to
+    lane 2), None for the rest (unit tests and static checks: spread over both workers)."""
+    if stage in LANE_1:
+        return 1
+    if stage in LANE_2 or stage.startswith("molecule-") or stage.startswith("tests/integration/"):
+        return 2
+    return None
+
+
+def _queue_rank(item):
+    """Under xdist the work queue is the collection order: lane 1 first (it starts at once),
+    then the fleet-less stages, then lane 2 (it starts when the other worker is free)."""
+    lane = lane_of(_stage_of(item)[1])
+    return {1: 0, None: 1, 2: 2}[lane]
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks
+def pytest_collection_modifyitems(config, items):
     order = {id(item): (_stage_of(item), i) for i, item in enumerate(items)}
     items.sort(key=lambda item: (order[id(item)][0][0],
                                  order[id(item)][0][1] if order[id(item)][0][0] == 8 else "",
                                  order[id(item)][1]))
+    if getattr(config.option, "dist", "no") == "no" and not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    for item in items:
+        lane = lane_of(_stage_of(item)[1])
+        if lane:
+            item.add_marker(pytest.mark.xdist_group("lane-%d" % lane))
+    items.sort(key=_queue_rank)  # stable: each lane keeps the order above
 
 
 @pytest.hookimpl(wrapper=True)

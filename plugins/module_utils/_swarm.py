@@ -304,6 +304,7 @@ class Swarm(object):
             filt.add_rule(addr, addr, 0)
         self.session.set_ip_filter(filt)
         self.handles = {}
+        self.checking = set()  # paths added but not started: their files are being checked
         self.last_connect = 0.0
 
     def add(self, rec, save_dir, seed=False):
@@ -317,12 +318,34 @@ class Swarm(object):
             lt.torrent_flags.disable_pex
         if seed:
             flags |= lt.torrent_flags.seed_mode
+        else:
+            # a partial file is checked first: libtorrent stops the torrent when the check
+            # is done, and tick() starts it and connects the peers only then, so that no
+            # piece the host already holds is asked for while the check still runs
+            flags |= lt.torrent_flags.stop_when_ready
+            self.checking.add(rec["path"])
         params.flags = flags
         os.makedirs(save_dir, exist_ok=True)
         handle = self.session.add_torrent(params)
         self.handles[rec["path"]] = handle
-        self._connect(handle)
+        if seed:
+            self._connect(handle)
         return handle
+
+    def _start_checked(self):
+        """Start the torrents whose check of what is on disk has ended, and connect them."""
+        lt = self.lt
+        checking = (lt.torrent_status.states.checking_files,
+                    lt.torrent_status.states.checking_resume_data)
+        for path in sorted(self.checking):
+            handle = self.handles[path]
+            status = handle.status()
+            if status.state in checking or not handle.flags() & lt.torrent_flags.paused:
+                continue  # still checking, or not yet stopped by stop_when_ready
+            self.checking.discard(path)
+            handle.unset_flags(lt.torrent_flags.stop_when_ready)
+            handle.resume()
+            self._connect(handle)
 
     def _connect(self, handle):
         for peer in self.peers:
@@ -334,11 +357,14 @@ class Swarm(object):
     def tick(self, now=None):
         """Reconnect unfinished torrents to the site's hosts every second (a host that had
         not added the file yet refused the first connection)."""
+        self._start_checked()
         now = time.time() if now is None else now
         if now - self.last_connect < 1.0:
             return
         self.last_connect = now
-        for handle in self.handles.values():
+        for path, handle in self.handles.items():
+            if path in self.checking:
+                continue
             status = handle.status()
             if not status.is_seeding and status.num_peers < len(self.peers):
                 self._connect(handle)

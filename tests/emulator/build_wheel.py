@@ -126,7 +126,7 @@ def build(release, out_dir):
 
     os.makedirs(out_dir, exist_ok=True)
     wheel = os.path.join(out_dir, "sglang-%s-py3-none-any.whl" % release)
-    tmp = wheel + ".tmp"
+    tmp = "%s.%d.tmp" % (wheel, os.getpid())  # two fleets may build at once
     order = sorted(n for n in files if n != record) + [record]
     with zipfile.ZipFile(tmp, "w") as zf:
         for name in order:
