@@ -112,19 +112,29 @@ def _queue_rank(item):
     return {1: 0, None: 1, 2: 2}[lane]
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks
-def pytest_collection_modifyitems(config, items):
+def order_stages(items):
+    """Sort the items in place into the order of the stages (one process runs them so)."""
     order = {id(item): (_stage_of(item), i) for i, item in enumerate(items)}
     items.sort(key=lambda item: (order[id(item)][0][0],
                                  order[id(item)][0][1] if order[id(item)][0][0] == 8 else "",
                                  order[id(item)][1]))
-    if getattr(config.option, "dist", "no") == "no" and not os.environ.get("PYTEST_XDIST_WORKER"):
-        return
+
+
+def into_lanes(items):
+    """Mark each fleet's item with its lane's xdist group and sort the items in place into
+    the work queue: lane 1, the rest, lane 2 (each keeps the order of the stages)."""
     for item in items:
         lane = lane_of(_stage_of(item)[1])
         if lane:
             item.add_marker(pytest.mark.xdist_group("lane-%d" % lane))
-    items.sort(key=_queue_rank)  # stable: each lane keeps the order above
+    items.sort(key=_queue_rank)  # stable
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks
+def pytest_collection_modifyitems(config, items):
+    order_stages(items)
+    if getattr(config.option, "dist", "no") != "no" or os.environ.get("PYTEST_XDIST_WORKER"):
+        into_lanes(items)
 
 
 @pytest.hookimpl(wrapper=True)

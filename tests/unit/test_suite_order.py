@@ -21,13 +21,17 @@ class _Item:
         self.nodeid = nodeid
         self.name = nodeid.split("::")[-1]
         self.originalname = self.name.split("[")[0]
+        self.marks = []
         if scenario:
             self.callspec = _CallSpec(scenario)
 
+    def add_marker(self, mark):
+        self.marks.append(mark)
 
-def test_stages_run_in_order_and_new_scenarios_after_the_known_ones():
+
+def _items():
     mol = "tests/stages/test_molecule.py::test_scenario[extensions-%s]"
-    items = [_Item("tests/integration/test_bad_input.py::test_x"),
+    return [_Item("tests/integration/test_bad_input.py::test_x"),
              _Item(mol % "router", "router"),
              _Item(mol % "compare", "compare"),
              _Item(mol % "model", "model"),
@@ -37,12 +41,31 @@ def test_stages_run_in_order_and_new_scenarios_after_the_known_ones():
              _Item(mol % "multinode", "multinode"),
              _Item(mol % "safety", "safety"),
              _Item("tests/stages/test_checks.py::test_ansible_lint"),
-             _Item("tests/unit/test_a.py::test_a")]
-    conftest.pytest_collection_modifyitems(items)
+             _Item("tests/unit/test_a.py::test_a"),
+             _Item(mol % "zzz-new", "zzz-new")]
+
+
+def test_stages_run_in_order_and_new_scenarios_after_the_known_ones():
+    items = _items()
+    conftest.order_stages(items)
     assert [conftest._stage_of(i)[1] for i in items] == [  # pylint: disable=protected-access
         "unit", "ansible-lint", "sanity", "molecule-deploy", "fleet-modules", "molecule-safety",
         "molecule-multinode", "molecule-compare", "molecule-model", "molecule-router",
-        "bad-input"]
+        "molecule-zzz-new", "bad-input"]
+    assert not any(i.marks for i in items)
+
+
+def test_two_workers_run_lane_1_from_the_start_and_lane_2_after_the_rest():
+    items = _items()
+    conftest.order_stages(items)
+    conftest.into_lanes(items)
+    stages = [conftest._stage_of(i)[1] for i in items]  # pylint: disable=protected-access
+    assert stages == [
+        "molecule-deploy", "fleet-modules", "molecule-safety", "molecule-router",
+        "unit", "ansible-lint", "sanity",
+        "molecule-multinode", "molecule-compare", "molecule-model", "molecule-zzz-new", "bad-input"]
+    groups = [[m.kwargs.get("name", m.args[0] if m.args else None) for m in i.marks] for i in items]
+    assert groups == [["lane-1"]] * 4 + [[]] * 3 + [["lane-2"]] * 5
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnknownMarkWarning")  # "integration", registered for those runs
