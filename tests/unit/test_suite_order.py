@@ -32,17 +32,17 @@ class _Item:
 def _items():
     mol = "tests/stages/test_molecule.py::test_scenario[extensions-%s]"
     return [_Item("tests/integration/test_bad_input.py::test_x"),
-             _Item(mol % "router", "router"),
-             _Item(mol % "compare", "compare"),
-             _Item(mol % "model", "model"),
-             _Item("tests/integration/test_fleet_modules.py::test_y"),
-             _Item(mol % "deploy", "deploy"),
-             _Item("tests/stages/test_checks.py::test_ansible_test_sanity"),
-             _Item(mol % "multinode", "multinode"),
-             _Item(mol % "safety", "safety"),
-             _Item("tests/stages/test_checks.py::test_ansible_lint"),
-             _Item("tests/unit/test_a.py::test_a"),
-             _Item(mol % "zzz-new", "zzz-new")]
+            _Item(mol % "router", "router"),
+            _Item(mol % "compare", "compare"),
+            _Item(mol % "model", "model"),
+            _Item("tests/integration/test_fleet_modules.py::test_y"),
+            _Item(mol % "deploy", "deploy"),
+            _Item("tests/stages/test_checks.py::test_ansible_test_sanity"),
+            _Item(mol % "multinode", "multinode"),
+            _Item(mol % "safety", "safety"),
+            _Item("tests/stages/test_checks.py::test_ansible_lint"),
+            _Item("tests/unit/test_a.py::test_a"),
+            _Item(mol % "zzz-new", "zzz-new")]
 
 
 def test_stages_run_in_order_and_new_scenarios_after_the_known_ones():
