@@ -61,11 +61,11 @@ def test_two_workers_run_lane_1_from_the_start_and_lane_2_after_the_rest():
     conftest.into_lanes(items)
     stages = [conftest._stage_of(i)[1] for i in items]  # pylint: disable=protected-access
     assert stages == [
-        "molecule-deploy", "fleet-modules", "molecule-safety", "molecule-router",
-        "unit", "ansible-lint", "sanity",
-        "molecule-multinode", "molecule-compare", "molecule-model", "molecule-zzz-new", "bad-input"]
+        "molecule-deploy", "fleet-modules", "molecule-safety", "molecule-multinode",
+        "molecule-router", "unit", "ansible-lint", "sanity",
+        "molecule-compare", "molecule-model", "molecule-zzz-new", "bad-input"]
     groups = [[m.kwargs.get("name", m.args[0] if m.args else None) for m in i.marks] for i in items]
-    assert groups == [["lane-1"]] * 4 + [[]] * 3 + [["lane-2"]] * 5
+    assert groups == [["lane-1"]] * 5 + [[]] * 3 + [["lane-2"]] * 4
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnknownMarkWarning")  # "integration", registered for those runs
