@@ -370,12 +370,16 @@ class Swarm(object):
                 self._connect(handle)
 
     def state(self):
-        """path -> (finished, bytes done, payload bytes received, bytes received in all)."""
+        """path -> (finished, bytes done, payload bytes received, bytes received in all,
+        payload bytes received twice). The last: in its end game libtorrent asks more than one
+        peer for the last blocks and cancels the slower request; a block that arrives before
+        the cancel is redundant (counted in the payload, written once)."""
         out = {}
         for path, handle in self.handles.items():
             status = handle.status()
             out[path] = (bool(status.is_seeding), int(status.total_wanted_done),
-                         int(status.total_payload_download), int(status.total_download))
+                         int(status.total_payload_download), int(status.total_download),
+                         int(status.total_redundant_bytes))
         return out
 
     def errors(self):

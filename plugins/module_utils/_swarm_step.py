@@ -199,7 +199,7 @@ class Step(object):
         state = self.swarm.state()
         in_flight = 0
         before = len(self.good)
-        for path, (finished, done, _payload, _total) in state.items():
+        for path, (finished, done, _payload, _total, _twice) in state.items():
             if path in self.good:
                 continue
             if finished:
@@ -276,6 +276,8 @@ class Step(object):
             state = self.swarm.state()
             if self.role == "peer":
                 self.result["bytes_transferred"] += sum(v[2] for v in state.values())
+                self.result["bytes_redundant"] = self.result.get("bytes_redundant", 0) + sum(
+                    v[4] for v in state.values())
             self.swarm.close()
             self.result["closed_at"] = time.time()
         # libtorrent closed the files: the mtimes the marker records are final

@@ -129,6 +129,14 @@ bytes_transferred:
   description: Bytes received (for the Hub, file bytes; for rsync, its received total; for the swarm, the payload bytes).
   type: int
   returned: always
+bytes_redundant:
+  description:
+    - The swarm's payload bytes that arrived twice, part of RV(bytes_transferred) (0 for the Hub and rsync).
+    - In its end game libtorrent asks several peers for the last blocks and cancels the slower request;
+      a block that arrives before the cancel is received again but written once.
+    - RV(bytes_transferred) minus this is what the host received of the file's contents.
+  type: int
+  returned: always
 resumed_from:
   description: Files continued from a partial copy, with the bytes that were already there.
   type: dict
@@ -308,7 +316,7 @@ def main():
     )
     p = module.params
     started = time.time()
-    result = dict(changed=False, needed_bytes=0, free_bytes=0, bytes_transferred=0,
+    result = dict(changed=False, needed_bytes=0, free_bytes=0, bytes_transferred=0, bytes_redundant=0,
                   resumed_from={}, bytes_hashed=0, bytes_read_to_hash=0, bytes_served=0,
                   transferred=[], removed=[], elapsed=0.0, engine="")
     if p["source"] == "peer" and not p["peer"] and not p["swarm"]:
