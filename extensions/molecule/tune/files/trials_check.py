@@ -116,6 +116,10 @@ def main(argv=None):
         return max(ends) - min(e - float(t["wall_s"]) for e, t in zip(ends, lines))
 
     one = by_phase[phases[1]][0] if by_phase[phases[1]] else None
+
+    def mean_trial(lines):
+        walls = [float(t["wall_s"]) for t in lines]
+        return round(sum(walls) / len(walls), 1) if walls else None
     out = {
         "space_size": report["space_size"],
         "admissible": report["space_size"] - len(report["refused"]),
@@ -133,6 +137,9 @@ def main(argv=None):
         "one_trial_host": one["host"] if one else None,
         "search_wall_s": {p: round(wall(v), 1) for p, v in by_phase.items()},
         "trial_wall_s": {p: [round(float(t["wall_s"]), 1) for t in v] for p, v in by_phase.items()},
+        # the mean of a phase's trials, each timed on its host from its load to its journal
+        # line, beside the others of its round
+        "mean_trial_s": {p: mean_trial(v) for p, v in by_phase.items()},
         "method": report.get("method"),
         "winner": report.get("winner"),
         "left_out": len(report["left_out"]),
