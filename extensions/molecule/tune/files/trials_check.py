@@ -117,6 +117,15 @@ def main(argv=None):
 
     one = by_phase[phases[1]][0] if by_phase[phases[1]] else None
 
+    # what the compare scenario checked: each strategy's single-request decode rate (its
+    # first measured trial, concurrency 1), and every strategy measured without a failure
+    single = {}
+    for t in trials:
+        strat = t["candidate"]["strategy"]
+        run1 = [r for r in t.get("runs") or [] if r.get("concurrency") == 1]
+        if strat not in single and t["status"] == "ok" and run1:
+            single[strat] = run1[0].get("request_tok_s")
+
     def mean_trial(lines):
         walls = [float(t["wall_s"]) for t in lines]
         return round(sum(walls) / len(walls), 1) if walls else None
@@ -140,6 +149,9 @@ def main(argv=None):
         # the mean of a phase's trials, each timed on its host from its load to its journal
         # line, beside the others of its round
         "mean_trial_s": {p: mean_trial(v) for p, v in by_phase.items()},
+        "single_tok_s": single,
+        "strategies_measured_ok": sorted({t["candidate"]["strategy"] for t in trials if t["status"] == "ok"}),
+        "strategies": list(space["strategies"]),
         "method": report.get("method"),
         "winner": report.get("winner"),
         "left_out": len(report["left_out"]),
