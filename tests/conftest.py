@@ -47,7 +47,7 @@ def pytest_configure(config):
 # --- one pytest run for every stage (scripts/test): order and per-stage timings -----------
 
 # Molecule scenarios first in this order, then any other scenario by name.
-SCENARIO_ORDER = ("deploy", "safety", "multinode", "tune")
+SCENARIO_ORDER = ("deploy", "safety", "multinode", "compare")
 _CHECKS = {"test_ansible_lint": "ansible-lint", "test_argument_specs_in_lockstep_with_defaults":
            "argument-specs", "test_changelog_fragments": "changelog",
            "test_ansible_test_sanity": "sanity"}
@@ -84,16 +84,15 @@ def _stage_of(item):
 # group, so a lane's tests keep their order on one worker (the deploy fleet stays up for the
 # module tests), and no two scenarios of a lane share the machine. Which stage goes where
 # balances the lanes' measured times (below).
-# Seconds in the two-lane run of 2026-12-02 on this kind of machine (2 cores; a lane's
-# scenario shares the machine with the other lane): deploy 245 + fleet-modules 26 +
-# safety 230 + multinode 105 + router 1247 = 31 min; unit 200 + lint 37 + sanity 66, then
-# compare 242 + gate 87 + model 462 + monitoring 244 + bad-input 222 + minimal 135 +
-# bench-deploy 179 = 31 min. The tune scenario (about 700 s) replaces compare, and
-# bad-input moves to lane 1: about 35 min each.
+# Seconds in the two-lane run of 2026-12-01 on this kind of machine (2 cores; a lane's
+# scenario shares the machine with the other lane): deploy 317 + fleet-modules 32 +
+# safety 353 + multinode 179 + router about 1260 (with the fault suite and the pending
+# change) = about 36 min; unit 234 + lint 75 + sanity 104, then compare 372 + gate 101 +
+# model 473 + monitoring 223 + bad-input 177 + minimal 158 + bench-deploy 187 = about 35 min.
 LANE_1 = ("molecule-deploy", "fleet-modules", "molecule-safety", "molecule-multinode",
-          "molecule-router", "bad-input")
-LANE_2 = ("molecule-tune", "molecule-gate", "molecule-model", "molecule-monitoring",
-          "molecule-real-release", "tests/integration/test_minimal_inventory.py",
+          "molecule-router", "molecule-tune")
+LANE_2 = ("molecule-compare", "molecule-gate", "molecule-model", "molecule-monitoring",
+          "molecule-real-release", "bad-input", "tests/integration/test_minimal_inventory.py",
           "tests/integration/test_bench_deploy.py")
 
 
