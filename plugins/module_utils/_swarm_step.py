@@ -276,8 +276,7 @@ class Step(object):
             state = self.swarm.state()
             if self.role == "peer":
                 self.result["bytes_transferred"] += sum(v[2] for v in state.values())
-                self.result["bytes_redundant"] = self.result.get("bytes_redundant", 0) + sum(
-                    v[4] for v in state.values())
+                self.result["bytes_redundant"] += sum(v[4] for v in state.values())
             self.swarm.close()
             self.result["closed_at"] = time.time()
         # libtorrent closed the files: the mtimes the marker records are final
