@@ -13,10 +13,10 @@ from ansible_collections.gpufleet.sglang.plugins.plugin_utils.controller import 
 
 
 class ActionModule(ControllerAction):
-    """Expand the search space, or plan the next round of trials."""
+    """Expand the search space, build the gate's requests, or plan the next round of trials."""
 
     ARGUMENT_SPEC = dict(
-        mode=dict(type="str", choices=["expand", "next"], required=True),
+        mode=dict(type="str", choices=["expand", "gate", "next"], required=True),
         space=dict(type="dict"),
         release=dict(type="str"),
         flags=dict(type="dict"),
@@ -30,6 +30,8 @@ class ActionModule(ControllerAction):
         method=dict(type="str", choices=["auto", "exhaustive", "coordinate"], default="auto"),
         slo=dict(type="dict", default={}),
         require_gate=dict(type="bool", default=True),
+        checks=dict(type="raw"),
+        base_extra_args=dict(type="dict", default={}),
     )
 
     def act(self, result, args):
@@ -44,6 +46,10 @@ class ActionModule(ControllerAction):
                 return result
             result.update(candidates=space["candidates"], knobs=space["knobs"],
                           strategies=space["strategies"], space_size=len(space["candidates"]))
+            return result
+        if args["mode"] == "gate":
+            result["requests"] = _plan.gate_requests(args["candidates"] or [], args["checks"],
+                                                     args["base_extra_args"])
             return result
         knobs = None
         if isinstance(args["space"], dict) and isinstance(args["space"].get("knobs"), dict):

@@ -54,8 +54,8 @@ options:
     description:
       - The layout (C(name), C(tp), C(pp), C(ep), C(dp)), as M(gpufleet.sglang.deploy_check)
         returns it; resolved here again for the host's GPUs (RV(layout) is the checked one).
+      - Required unless O(candidates) is given.
     type: dict
-    required: true
   strategy:
     description:
       - The strategy as the user gave it (the C(strategy) that M(gpufleet.sglang.deploy_check)
@@ -127,6 +127,20 @@ options:
         taken from or checked against. When it read no GPUs at all, its refusal stands alone.
       - Omit to skip the doctor.
     type: dict
+  candidates:
+    description:
+      - Check several launch requests in one call, as C(playbooks/tune.yml) checks its whole
+        search space. Each entry is C(id), C(strategy), C(layout) and C(extra_args) (all of
+        the launch flags beyond the server's own), which replace O(strategy), O(layout) and
+        O(extra_args) for that entry; every other option is shared.
+      - The release is read once for all of them; each entry is checked as one call would
+        check it, and its refusal is its own. The module itself does not fail; RV(results)
+        holds one result per entry, in order.
+      - One SSH round trip and one release query for the whole space, where a loop over the
+        module pays one of each per candidate (a real release's import takes seconds).
+      - Not with O(doctor) (the doctor is a check of the host, run by the deploy path).
+    type: list
+    elements: dict
   strict:
     description:
       - Refuse, instead of warning, when the release changes a value the launch flags asked
@@ -166,6 +180,19 @@ EXAMPLES = r"""
     port: 30000
     doctor: {python: /opt/sglang/0.5.9/bin/python}
   register: preflight
+
+- name: Check two candidates of a tune in one call (never fails; see results)
+  gpufleet.sglang.server_preflight:
+    host: "{{ inventory_hostname }}"
+    python: /opt/sglang/0.5.9/bin/python
+    model_path: /models/Kimi-K2.5
+    server_args: {--model-path: /models/Kimi-K2.5, --host: 0.0.0.0, --port: 30000}
+    plan: {gpu_count: 8, gpu_memory_mib: 97887, nnodes: 1}
+    port: 30000
+    candidates:
+      - {id: c01-ep8, strategy: ep8, layout: {name: ep8}, extra_args: {}}
+      - {id: c02-ep8, strategy: ep8, layout: {name: ep8}, extra_args: {--cuda-graph-max-bs: 8}}
+  register: gate
 """
 
 RETURN = r"""
@@ -233,6 +260,16 @@ doctor:
   description: The doctor's C(ok), C(failed_checks), C(failures) and C(table) (when O(doctor) is given).
   returned: when O(doctor) is given
   type: dict
+results:
+  description:
+    - With O(candidates), one result per entry, in order, as a single call returns it (the
+      keys above; C(failed) V(true) and C(msg) on a refusal), with C(item) (C(id) of the
+      entry) and C(warnings) (what a single call would have warned).
+  returned: when O(candidates) is given
+  type: list
+  elements: dict
+  sample: [{item: {id: c01-tp8}, failed: false, warnings: []},
+           {item: {id: c13-pp8}, failed: true, msg: "strategy pp8 does not fit ..."}]
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -301,7 +338,7 @@ def check_host(module, params, result):
     return verdict
 
 
-def check_gpus(module, params, result):
+def check_gpus(module, params, result, memo=None):
     """The doctor, then the GPUs and the layout for them; ``(gpus, layout)`` or a refusal.
 
     A doctor that read no GPUs refuses on its own (its refusal says why). Otherwise a wrong
@@ -313,7 +350,7 @@ def check_gpus(module, params, result):
     if verdict is not None:
         found, detail = verdict["gpus"], verdict["nvidia_smi"].get("detail")
     elif any(is_unset(settings.get(key)) for key in ("gpu_count", "gpu_memory_mib")):
-        facts = Prober(module).gpus(None)
+        facts = _memo(memo, "gpus", lambda: Prober(module).gpus(None))
         found, detail = facts["gpus"], facts["smi"].get("detail")
     else:
         found, detail = [], "not read: no doctor"
@@ -333,13 +370,24 @@ def check_gpus(module, params, result):
     return gpus, layout
 
 
-def probe_release(module, params, layout, result):
+def _memo(memo, key, compute):
+    """``compute()``, once per call of the module with O(candidates) (``memo`` a dict);
+    every time without (``memo`` None)."""
+    if memo is None:
+        return compute()
+    if key not in memo:
+        memo[key] = compute()
+    return memo[key]
+
+
+def probe_release(module, params, layout, result, memo=None):
     """Release, flags, argv and the argparse verdict for ``layout``; fills ``result``."""
     python = params["python"]
     prefix = "server_python %s: " % python
     try:
         probe.check_interpreter(python)
-        info = probe.query_release(module, python, params["columns"], params["timeout"])
+        info = _memo(memo, "release",
+                     lambda: probe.query_release(module, python, params["columns"], params["timeout"]))
         data, help_cached, _path = probe.flags(module, python, info, params["cache_dir"],
                                                params["columns"], params["timeout"])
     except probe.ProbeError as exc:
@@ -409,6 +457,84 @@ def _fail_probe(module, msg, exc, result):
     module.fail_json(msg=msg, **result)
 
 
+class _Refused(Exception):
+    """A refusal of one entry of O(candidates): what fail_json was given."""
+
+    def __init__(self, payload):
+        Exception.__init__(self, payload.get("msg"))
+        self.payload = payload
+
+
+class _OneCandidate:
+    """The module as one entry of O(candidates) sees it: a refusal ends that entry only
+    (fail_json raises), and its warnings stay with it."""
+
+    def __init__(self, module):
+        self._module = module
+        self.warnings = []
+
+    def fail_json(self, **kwargs):
+        raise _Refused(kwargs)
+
+    def warn(self, text):
+        self.warnings.append(text)
+
+    def __getattr__(self, name):
+        return getattr(self._module, name)
+
+
+def check_one(module, params, memo=None):
+    """Every verdict for one launch request; the result a single call returns."""
+    result = dict(changed=False)
+    gpus, layout = check_gpus(module, params, result, memo)
+    settings = dict(params["plan"], gpu_count=gpus["count"], gpu_memory_mib=gpus["memory_mib"])
+    try:
+        check_model_dir(params["model_path"], params["host"], params["model_commit"])
+        plan, model_warnings = plan_memory(params["model_path"], layout, settings,
+                                           params["extra_args"])
+        result.update(plan=plan, pp_layer_partition=plan.get("pp_layer_partition") or "")
+        allow_unfit = module.boolean(params["plan"].get("allow_unfit") or False)
+        for warning in model_warnings + judge_plan(plan, params["host"], allow_unfit):
+            module.warn(warning)
+        result["port_owner"] = check_port(module, params)
+    except PreflightError as exc:
+        module.fail_json(msg=str(exc), **result)
+    probe_release(module, params, layout, result, memo)
+    replan_with_release(module, params, layout, settings, result)
+    return result
+
+
+def candidate_problems(entries):
+    """What is wrong with O(candidates), every entry at once."""
+    problems = []
+    for pos, entry in enumerate(entries):
+        name = "candidates[%d]" % pos
+        if not isinstance(entry.get("id"), str) or not entry.get("id"):
+            problems.append("%s: id must be a non-empty string (got %r)" % (name, entry.get("id")))
+        if not isinstance(entry.get("layout"), dict):
+            problems.append("%s: layout must be a mapping (got %r)" % (name, entry.get("layout")))
+        if not isinstance(entry.get("extra_args", {}), dict):
+            problems.append("%s: extra_args must be a mapping (got %r)" % (name, entry.get("extra_args")))
+    return problems
+
+
+def check_candidates(module, params):
+    """One result per entry of O(candidates), in order; the release is read once."""
+    memo, results = {}, []
+    for entry in params["candidates"]:
+        one = _OneCandidate(module)
+        entry_params = dict(params, strategy=entry.get("strategy"), layout=entry["layout"],
+                            extra_args=entry.get("extra_args") or {})
+        try:
+            result = check_one(one, entry_params, memo)
+            result["failed"] = False
+        except _Refused as exc:
+            result = dict(exc.payload, failed=True)
+        result.update(item={"id": entry["id"]}, warnings=one.warnings)
+        results.append(result)
+    return results
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -416,7 +542,7 @@ def main():
             python=dict(type="path", required=True),
             model_path=dict(type="str", required=True),
             model_commit=dict(type="str"),
-            layout=dict(type="dict", required=True),
+            layout=dict(type="dict"),
             strategy=dict(type="str"),
             multinode=dict(type="dict"),
             server_args=dict(type="dict", default={}),
@@ -431,27 +557,19 @@ def main():
             timeout=dict(type="int", default=120),
             doctor=dict(type="dict"),
             strict=dict(type="bool", default=False),
+            candidates=dict(type="list", elements="dict"),
         ),
+        required_one_of=[("layout", "candidates")],
+        mutually_exclusive=[("layout", "candidates"), ("doctor", "candidates")],
         supports_check_mode=True,
     )
     params = module.params
-    result = dict(changed=False)
-    gpus, layout = check_gpus(module, params, result)
-    settings = dict(params["plan"], gpu_count=gpus["count"], gpu_memory_mib=gpus["memory_mib"])
-    try:
-        check_model_dir(params["model_path"], params["host"], params["model_commit"])
-        plan, model_warnings = plan_memory(params["model_path"], layout, settings,
-                                           params["extra_args"])
-        result.update(plan=plan, pp_layer_partition=plan.get("pp_layer_partition") or "")
-        allow_unfit = module.boolean(params["plan"].get("allow_unfit") or False)
-        for warning in model_warnings + judge_plan(plan, params["host"], allow_unfit):
-            module.warn(warning)
-        result["port_owner"] = check_port(module, params)
-    except PreflightError as exc:
-        module.fail_json(msg=str(exc), **result)
-    probe_release(module, params, layout, result)
-    replan_with_release(module, params, layout, settings, result)
-    module.exit_json(**result)
+    if params["candidates"] is not None:
+        problems = candidate_problems(params["candidates"])
+        if problems:
+            module.fail_json(msg="candidates: %s" % "; ".join(problems), problems=problems)
+        module.exit_json(changed=False, results=check_candidates(module, params))
+    module.exit_json(**check_one(module, params))
 
 
 def replan_with_release(module, params, layout, settings, result):

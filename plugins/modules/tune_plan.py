@@ -19,6 +19,10 @@ description:
     installed release's C(--help) in O(flags), every value of the right kind for it, every
     strategy in the collection's grammar) and returns RV(candidates), the product of
     strategies and knob values, in a stable order with stable ids."
+  - "O(mode=gate): builds the entries of M(gpufleet.sglang.server_preflight)'s O(gpufleet.sglang.server_preflight#module:candidates)
+    (RV(requests)), so that one call gates the whole space on the host: each candidate with
+    the layout and strategy that M(gpufleet.sglang.deploy_check) resolved for it in O(checks)
+    (its own strategy when that check refused it), and O(base_extra_args) under its own flags."
   - "O(mode=next): judges every candidate from its M(gpufleet.sglang.server_preflight) result
     in O(preflight) (refused when the preflight failed - planner, argparse or the release's
     gate - or when the release rewrote a value the candidate asked for), fingerprints the
@@ -34,9 +38,9 @@ extends_documentation_fragment:
   - gpufleet.sglang._attributes.info_module
 options:
   mode:
-    description: V(expand) (the space to candidates) or V(next) (verdicts and the next round).
+    description: V(expand) (the space to candidates), V(gate) (the gate's requests) or V(next) (verdicts and the next round).
     type: str
-    choices: [expand, next]
+    choices: [expand, gate, next]
     required: true
   space:
     description:
@@ -59,15 +63,26 @@ options:
       - Required with O(mode=expand).
     type: dict
   candidates:
-    description: RV(candidates) of the O(mode=expand) call (O(mode=next)).
+    description: RV(candidates) of the O(mode=expand) call (O(mode=gate), O(mode=next)).
     type: list
     elements: dict
+  checks:
+    description:
+      - "O(mode=gate): the C(results) of a registered loop of M(gpufleet.sglang.deploy_check)
+        over O(candidates) (each with the candidate as C(item); run with C(failed_when: false))."
+    type: raw
+  base_extra_args:
+    description: "O(mode=gate): the inventory's C(server_extra_args); each candidate's own flags win."
+    type: dict
+    default: {}
   preflight:
     description:
       - "O(mode=next): the M(gpufleet.sglang.server_preflight) result of every candidate,
         either the C(results) list of a registered loop over O(candidates) (each result
         carries the candidate as C(item); run the loop with C(failed_when: false)) or a
-        dict candidate id to result."
+        dict candidate id to result; the C(results) of one
+        M(gpufleet.sglang.server_preflight) call with O(gpufleet.sglang.server_preflight#module:candidates)
+        have the same shape."
       - A candidate without a result is refused (C(no preflight result)).
     type: raw
   journal:
@@ -186,6 +201,11 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+requests:
+  description: "O(mode=gate): one entry per candidate, C(id), C(strategy), C(layout) and C(extra_args)."
+  returned: with O(mode=gate)
+  type: list
+  elements: dict
 candidates:
   description:
     - "O(mode=expand): every candidate, C(id) (C(c<NN>-<strategy>), stable for the same space),

@@ -18,9 +18,7 @@ The deploy scenario keeps its fleet (``--destroy=never``) so that the module tes
 ``tests/integration/test_fleet_modules.py`` run against it next; they destroy it.
 
 The ``real-release`` scenario (the real SGLang package, several GB) is opt-in: it is
-skipped unless ``GPUFLEET_REAL=1`` (``scripts/test real``). So is ``tune`` (issue 21, work
-in progress: it does not pass yet, see its molecule.yml), unless ``GPUFLEET_TUNE=1``
-(``scripts/test tune``); until it passes, ``compare`` stays in the default run.
+skipped unless ``GPUFLEET_REAL=1`` (``scripts/test real``).
 
 Each scenario's whole output goes to ``.cache/logs/molecule-<name>.log``; a failure shows
 its last 150 lines. Run with GPUFLEET_INTEGRATION=1 (``scripts/test molecule`` sets it).
@@ -38,8 +36,8 @@ BIN = os.path.dirname(sys.executable)
 LOGS = os.path.join(ROOT, ".cache", "logs")  # one log per scenario, the whole output
 KEEP_FLEET = {"deploy"}  # the fleet the module tests use next
 # Opt-in scenarios: run only when their stage asks for them (scripts/test real sets
-# GPUFLEET_REAL=1, scripts/test tune GPUFLEET_TUNE=1); the default run and .ci/run skip them.
-OPT_IN = {"real-release": ("GPUFLEET_REAL", "real"), "tune": ("GPUFLEET_TUNE", "tune")}
+# GPUFLEET_REAL=1); the default run and .ci/run skip them.
+OPT_IN = {"real-release": ("GPUFLEET_REAL", "real")}
 MOLECULE = os.path.join(ROOT, "extensions", "molecule")
 
 

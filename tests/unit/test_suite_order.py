@@ -33,7 +33,7 @@ def _items():
     mol = "tests/stages/test_molecule.py::test_scenario[extensions-%s]"
     return [_Item("tests/integration/test_bad_input.py::test_x"),
             _Item(mol % "router", "router"),
-            _Item(mol % "compare", "compare"),
+            _Item(mol % "tune", "tune"),
             _Item(mol % "model", "model"),
             _Item("tests/integration/test_fleet_modules.py::test_y"),
             _Item(mol % "deploy", "deploy"),
@@ -49,8 +49,8 @@ def test_stages_run_in_order_and_new_scenarios_after_the_known_ones():
     items = _items()
     conftest.order_stages(items)
     assert [conftest._stage_of(i)[1] for i in items] == [  # pylint: disable=protected-access
-        "unit", "ansible-lint", "sanity", "molecule-deploy", "fleet-modules", "molecule-safety",
-        "molecule-multinode", "molecule-compare", "molecule-model", "molecule-router",
+        "unit", "ansible-lint", "sanity", "molecule-tune", "molecule-deploy", "fleet-modules",
+        "molecule-safety", "molecule-multinode", "molecule-model", "molecule-router",
         "molecule-zzz-new", "bad-input"]
     assert not any(i.marks for i in items)
 
@@ -61,11 +61,11 @@ def test_two_workers_run_lane_1_from_the_start_and_lane_2_after_the_rest():
     conftest.into_lanes(items)
     stages = [conftest._stage_of(i)[1] for i in items]  # pylint: disable=protected-access
     assert stages == [
+        "molecule-tune", "molecule-router", "bad-input", "unit", "ansible-lint", "sanity",
         "molecule-deploy", "fleet-modules", "molecule-safety", "molecule-multinode",
-        "molecule-router", "unit", "ansible-lint", "sanity",
-        "molecule-compare", "molecule-model", "molecule-zzz-new", "bad-input"]
+        "molecule-model", "molecule-zzz-new"]
     groups = [[m.kwargs.get("name", m.args[0] if m.args else None) for m in i.marks] for i in items]
-    assert groups == [["lane-1"]] * 5 + [[]] * 3 + [["lane-2"]] * 4
+    assert groups == [["lane-1"]] * 3 + [[]] * 3 + [["lane-2"]] * 6
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnknownMarkWarning")  # "integration", registered for those runs

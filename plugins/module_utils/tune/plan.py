@@ -40,6 +40,27 @@ def units_of(hosts):
     return units, problems
 
 
+def gate_requests(candidates, checks, base_extra_args=None):
+    """The entries of ``server_preflight``'s ``candidates`` for the whole space: each
+    candidate with the layout and the strategy that the controller's input check
+    (``deploy_check``, one registered loop result per candidate, each with its ``item``)
+    resolved for it, or its own strategy when that check refused it (the host's check then
+    says why), and the inventory's launch flags under the candidate's own."""
+    resolved = _verdict.by_candidate(checks, candidates)
+    out = []
+    for cand in candidates:
+        check = resolved.get(cand["id"]) or {}
+        refused = _verdict.preflight_failed(check) if check else True
+        layout = None if refused else check.get("layout")
+        strategy = None if refused else check.get("strategy")
+        extra = dict(base_extra_args or {})
+        extra.update(cand.get("extra_args") or {})
+        out.append({"id": cand["id"], "strategy": strategy or cand["strategy"],
+                    "layout": layout if isinstance(layout, dict) else {"name": cand["strategy"]},
+                    "extra_args": extra})
+    return out
+
+
 def judge_all(candidates, preflight, release=None, model_commit="", load=None, require_gate=True):
     """Every candidate with its verdict and, when admissible, its fingerprint."""
     results = _verdict.by_candidate(preflight, candidates)

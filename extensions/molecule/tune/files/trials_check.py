@@ -107,7 +107,15 @@ def main(argv=None):
     every = [s for h in hosts for s in starts[(phases[-1], h)]]
     unmatched = sorted(cid for cid in rows if not any(matches(s, rows[cid], knobs) for s in every))
     later = [s for p in phases[2:] for s in new[p]]
-    reloaded = sorted(cid for cid in first if cid in rows and any(matches(s, rows[cid], knobs) for s in later))
+    # the winner's rollout loads it once more on each host that does not run it yet (it may
+    # be a first-run trial); any other first-run candidate loaded again was measured again
+    winner = (report.get("winner") or {}).get("id")
+    reloaded = sorted(cid for cid in first if cid in rows and cid != winner
+                      and any(matches(s, rows[cid], knobs) for s in later))
+    winner_loads = {h: sum(1 for p in phases[2:]
+                           for s in starts[(p, h)][len(starts[(phases[phases.index(p) - 1], h)]):]
+                           if winner in rows and matches(s, rows[winner], knobs))
+                    for h in hosts}
 
     def wall(lines):
         if not lines:
@@ -142,6 +150,7 @@ def main(argv=None):
         "measured_per_phase": {p: [t["candidate"]["id"] for t in v] for p, v in by_phase.items()},
         "starts_per_phase": {p: len(v) for p, v in new.items()},
         "first_run_measured_loaded_again": reloaded,
+        "winner_loads_after_first_run": winner_loads,
         "one_trial_s": float(one["wall_s"]) if one else None,
         "one_trial_host": one["host"] if one else None,
         "search_wall_s": {p: round(wall(v), 1) for p, v in by_phase.items()},

@@ -89,6 +89,62 @@ def test_first_run_asks_the_release_twice_a_rerun_never(tmp_path, run_module):
     assert len(host.help_calls) == 2, "a re-run must not run --help"
 
 
+def _query_calls(host):
+    path = host.bin / "query-calls.txt"
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def test_candidates_are_checked_in_one_call_each_refusal_its_own(tmp_path, run_module):
+    host = Host(tmp_path)
+    host.state["refuse"] = "--max-running-requests"
+    host.save()
+    args = host.args()
+    del args["layout"], args["extra_args"]
+    layouts = {s: host.args(strategy=s)["layout"] for s in ("ep8", "tp8", "pp8")}
+    args["candidates"] = [
+        {"id": "c1", "strategy": "ep8", "layout": layouts["ep8"], "extra_args": {}},
+        {"id": "c2", "strategy": "tp8", "layout": layouts["tp8"], "extra_args": {"--mem-fraction-static": 0.05}},
+        {"id": "c3", "strategy": "pp8", "layout": layouts["pp8"], "extra_args": {"--max-running-requests": 5}},
+        {"id": "c4", "strategy": "ep8", "layout": layouts["ep8"], "extra_args": {"--allowed-media-domains": "x"}},
+        {"id": "c5", "strategy": "tp8", "layout": layouts["tp8"], "extra_args": {"--cuda-graph-max-bs": 8}},
+    ]
+    result = run_module(server_preflight, args)[0]
+    assert not result.get("failed"), result
+    results = result["results"]
+    assert [r["item"] for r in results] == [{"id": "c%d" % i} for i in range(1, 6)]
+    assert [r["failed"] for r in results] == [False, True, True, True, False]
+    # each result is what a single call returns for that candidate
+    for pos in (0, 4):
+        cand = args["candidates"][pos]
+        one = run_module(server_preflight, host.args(strategy=cand["strategy"], port=args["port"],
+                                                     extra=cand["extra_args"]))[0]
+        assert results[pos]["argv"] == one["argv"] and results[pos]["plan"] == one["plan"]
+    assert "strategy tp8 does not fit 8 x 97887 MiB" in results[1]["msg"]
+    assert results[2]["msg"].startswith("sglang 0.5.9 refuses the launch flags (server_extra_args")
+    assert "--allowed-media-domains does not exist in sglang 0.5.9" in results[3]["msg"]
+    assert "--cuda-graph-max-bs" in results[4]["argv"]
+    # one release query for the five (a single call makes one each: the two above)
+    assert _query_calls(host) == 1 + 2
+    # --help once, then argparse for c1, c3 and c5 (c2 and c4 stop before it); the two
+    # single calls found both in the cache
+    assert len(host.help_calls) == 4
+
+
+def test_candidates_name_every_bad_entry_at_once(tmp_path, run_module):
+    host = Host(tmp_path)
+    args = host.args()
+    del args["layout"]
+    args["candidates"] = [{"id": "", "layout": {"name": "ep8"}}, {"id": "c2", "layout": "ep8"},
+                          {"id": "c3", "layout": {"name": "ep8"}, "extra_args": ["--x"]}]
+    result = run_module(server_preflight, args)[0]
+    assert result["failed"]
+    assert result["problems"] == [
+        "candidates[0]: id must be a non-empty string (got '')",
+        "candidates[1]: layout must be a mapping (got 'ep8')",
+        "candidates[2]: extra_args must be a mapping (got ['--x'])"]
+    assert _query_calls(host) == 0 and host.help_calls == []
+
+
 def test_new_flags_are_checked_by_the_release_again(tmp_path, run_module):
     host = Host(tmp_path)
     run_module(server_preflight, host.args())

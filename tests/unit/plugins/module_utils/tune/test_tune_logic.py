@@ -31,6 +31,15 @@ def test_expand_is_the_product_in_a_stable_order():
     assert len(set(c["id"] for c in cands)) == 8
 
 
+def test_strategies_alone_are_the_comparison_that_compare_yml_made():
+    # playbooks/compare.yml's four strategies on one canary: tune_space with no knob
+    out = space.expand({"strategies": ["tp8", "pp8", "ep8", "ep4"], "knobs": {}}, FLAGS, "0.5.9")
+    assert [c["id"] for c in out["candidates"]] == ["c01-tp8", "c02-pp8", "c03-ep8", "c04-ep4"]
+    assert all(c["extra_args"] == {} for c in out["candidates"]) and out["knobs"] == []
+    assert search.plan([dict(c, verdict="ok") for c in out["candidates"]], [], {}, [["canary"]],
+                       0, "auto")["method"] == "exhaustive"
+
+
 def test_every_problem_of_the_space_is_named_at_once():
     with pytest.raises(space.SpaceError) as err:
         space.expand({"strategies": ["tp8", "tq9"], "bogus": 1,
@@ -88,6 +97,26 @@ def test_preflight_results_of_a_registered_loop():
     loop = {"results": [{"item": {"id": "b"}, "failed": True}, {"item": {"id": "a"}, "version": "x"}]}
     out = verdict.by_candidate(loop, cands)
     assert out["a"]["version"] == "x" and out["b"]["failed"]
+
+
+def test_gate_requests_take_the_controllers_layout_and_the_inventorys_flags_under_each_candidates():
+    cands = [{"id": "c01-ep8", "strategy": "ep8", "extra_args": {"--cuda-graph-max-bs": 8}},
+             {"id": "c02-pp8", "strategy": "pp8", "extra_args": {}},
+             {"id": "c03-tp4", "strategy": "tp4", "extra_args": {"--log-level": "debug"}}]
+    checks = [{"item": cands[1], "strategy": "pp8", "layout": {"name": "pp8", "pp": 8}},
+              {"item": cands[0], "strategy": "ep8", "layout": {"name": "ep8", "tp": 8, "ep": 8}},
+              {"item": cands[2], "failed": False, "msg": "strategy tp4 uses 4 of 8 GPUs"}]
+    base = {"--log-level": "info", "--cuda-graph-max-bs": 16}
+    reqs = tune_plan.gate_requests(cands, checks, base)
+    assert [r["id"] for r in reqs] == ["c01-ep8", "c02-pp8", "c03-tp4"]
+    assert reqs[0] == {"id": "c01-ep8", "strategy": "ep8", "layout": {"name": "ep8", "tp": 8, "ep": 8},
+                       "extra_args": {"--log-level": "info", "--cuda-graph-max-bs": 8}}
+    assert reqs[1]["layout"] == {"name": "pp8", "pp": 8}
+    # refused by the controller: the host's preflight gets the candidate's own strategy and
+    # says why in its own words
+    assert reqs[2]["strategy"] == "tp4" and reqs[2]["layout"] == {"name": "tp4"}
+    assert reqs[2]["extra_args"] == {"--log-level": "debug", "--cuda-graph-max-bs": 16}
+    assert base == {"--log-level": "info", "--cuda-graph-max-bs": 16}, "the inventory's flags are not changed"
 
 
 # ------------------------------------------------------------------ fingerprint, journal
