@@ -82,11 +82,11 @@ def _stage_of(item):
 
 # Two lanes when scripts/test runs on two xdist workers (``-n 2 --dist loadgroup
 # --no-loadscope-reorder``): the scenarios of LANE_1 start at once on one worker and run one
-# after another; the other worker takes the unit tests and the static checks meanwhile
-# (CPU-bound, no fleet), then LANE_2's fleets, one after another. Each lane is one xdist
-# group, so a lane's tests keep their order on one worker (the deploy fleet stays up for the
-# module tests), and no two scenarios of a lane share the machine. Which stage goes where
-# balances the lanes' measured times (below).
+# after another; the other worker takes LANE_2_FIRST, then the unit tests and the static
+# checks (CPU-bound, no fleet), then LANE_2's fleets, one after another. Each lane is an
+# xdist group, so a lane's tests keep their order on one worker (the deploy fleet stays up
+# for the module tests), and no two scenarios of a lane share the machine. Which stage
+# goes where balances the lanes' measured times (below).
 # Seconds in the two-lane run of 2026-12-02 on this kind of machine (2 cores; a lane's
 # scenario shares the machine with the other lane), with compare instead of tune: deploy
 # 245, fleet-modules 26, safety 230, multinode 105, router 1247, unit 200, lint 37,
@@ -96,30 +96,42 @@ def _stage_of(item):
 # load the machine steadily, not beside another fleet's client load (issue 21's
 # parallelism bound compares the two). deploy, its module tests and safety share one
 # fleet's names and ports, so they stay in one lane.
-# Lane 1: tune 550 + router 1247 + bad-input 222 = about 34 min; lane 2: unit, lint and
-# sanity 303, then deploy 245 + fleet-modules 26 + safety 230 + multinode 105 + gate 87 +
-# model 462 + monitoring 244 + minimal 135 + bench-deploy 179 = about 34 min.
+# In the first two-lane run of this layout the round took 1.32x the trials alone: the
+# trials alone ran beside the unit tests, the round beside the deploy scenario's converge
+# (package and venv installs on three hosts). So lane 2 starts with one short fleet
+# (LANE_2_FIRST, the minimal inventory: about as long as the tune's own create and
+# converge) and only then runs the unit tests and the static checks: the tune's trials
+# alone and its round both fall beside them.
+# Lane 1: tune 720 + router 1247 + bad-input 222 = about 36 min; lane 2: minimal 135, unit,
+# lint and sanity 303, then deploy 245 + fleet-modules 26 + safety 230 + multinode 105 +
+# gate 87 + model 462 + monitoring 244 + bench-deploy 179 = about 34 min.
 LANE_1 = ("molecule-tune", "molecule-router", "bad-input")
+LANE_2_FIRST = ("tests/integration/test_minimal_inventory.py",)
 LANE_2 = ("molecule-deploy", "fleet-modules", "molecule-safety", "molecule-multinode",
           "molecule-gate", "molecule-model", "molecule-monitoring", "molecule-real-release",
-          "tests/integration/test_minimal_inventory.py", "tests/integration/test_bench_deploy.py")
+          "tests/integration/test_bench_deploy.py")
 
 
 def lane_of(stage):
-    """1 or 2 for a stage that brings up a fleet (LANE_1, LANE_2; a new scenario goes to
-    lane 2), None for the rest (unit tests and static checks: spread over both workers)."""
+    """The lane of a stage that brings up a fleet: "1" (LANE_1), "2-first" (LANE_2_FIRST)
+    or "2" (LANE_2; a new scenario goes there); None for the rest (the unit tests and the
+    static checks)."""
     if stage in LANE_1:
-        return 1
+        return "1"
+    if stage in LANE_2_FIRST:
+        return "2-first"
     if stage in LANE_2 or stage.startswith("molecule-") or stage.startswith("tests/integration/"):
-        return 2
+        return "2"
     return None
 
 
 def _queue_rank(item):
-    """Under xdist the work queue is the collection order: lane 1 first (it starts at once),
-    then the fleet-less stages, then lane 2 (it starts when the other worker is free)."""
+    """Under xdist the work queue is the collection order: lane 1 first (one worker takes
+    it at once), then the start of lane 2 (the other worker takes it at once), then the
+    fleet-less stages (that worker takes them next; the first worker's queue is full), then
+    the rest of lane 2."""
     lane = lane_of(_stage_of(item)[1])
-    return {1: 0, None: 1, 2: 2}[lane]
+    return {"1": 0, "2-first": 1, None: 2, "2": 3}[lane]
 
 
 def order_stages(items):
@@ -132,11 +144,12 @@ def order_stages(items):
 
 def into_lanes(items):
     """Mark each fleet's item with its lane's xdist group and sort the items in place into
-    the work queue: lane 1, the rest, lane 2 (each keeps the order of the stages)."""
+    the work queue: lane 1, the start of lane 2, the rest, lane 2 (each keeps the order of
+    the stages)."""
     for item in items:
         lane = lane_of(_stage_of(item)[1])
         if lane:
-            item.add_marker(pytest.mark.xdist_group("lane-%d" % lane))
+            item.add_marker(pytest.mark.xdist_group("lane-%s" % lane))
     items.sort(key=_queue_rank)  # stable
 
 

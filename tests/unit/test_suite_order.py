@@ -42,7 +42,8 @@ def _items():
             _Item(mol % "safety", "safety"),
             _Item("tests/stages/test_checks.py::test_ansible_lint"),
             _Item("tests/unit/test_a.py::test_a"),
-            _Item(mol % "zzz-new", "zzz-new")]
+            _Item(mol % "zzz-new", "zzz-new"),
+            _Item("tests/integration/test_minimal_inventory.py::test_m")]
 
 
 def test_stages_run_in_order_and_new_scenarios_after_the_known_ones():
@@ -51,21 +52,22 @@ def test_stages_run_in_order_and_new_scenarios_after_the_known_ones():
     assert [conftest._stage_of(i)[1] for i in items] == [  # pylint: disable=protected-access
         "unit", "ansible-lint", "sanity", "molecule-tune", "molecule-deploy", "fleet-modules",
         "molecule-safety", "molecule-multinode", "molecule-model", "molecule-router",
-        "molecule-zzz-new", "bad-input"]
+        "molecule-zzz-new", "bad-input", "tests/integration/test_minimal_inventory.py"]
     assert not any(i.marks for i in items)
 
 
-def test_two_workers_run_lane_1_from_the_start_and_lane_2_after_the_rest():
+def test_two_workers_run_lane_1_from_the_start_and_lane_2_around_the_rest():
     items = _items()
     conftest.order_stages(items)
     conftest.into_lanes(items)
     stages = [conftest._stage_of(i)[1] for i in items]  # pylint: disable=protected-access
     assert stages == [
-        "molecule-tune", "molecule-router", "bad-input", "unit", "ansible-lint", "sanity",
+        "molecule-tune", "molecule-router", "bad-input", "tests/integration/test_minimal_inventory.py",
+        "unit", "ansible-lint", "sanity",
         "molecule-deploy", "fleet-modules", "molecule-safety", "molecule-multinode",
         "molecule-model", "molecule-zzz-new"]
     groups = [[m.kwargs.get("name", m.args[0] if m.args else None) for m in i.marks] for i in items]
-    assert groups == [["lane-1"]] * 3 + [[]] * 3 + [["lane-2"]] * 6
+    assert groups == [["lane-1"]] * 3 + [["lane-2-first"]] + [[]] * 3 + [["lane-2"]] * 6
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnknownMarkWarning")  # "integration", registered for those runs
