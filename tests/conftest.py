@@ -87,27 +87,19 @@ def _stage_of(item):
 # xdist group, so a lane's tests keep their order on one worker (the deploy fleet stays up
 # for the module tests), and no two scenarios of a lane share the machine. Which stage
 # goes where balances the lanes' measured times (below).
+# Lane 1 starts with the tune scenario, lane 2 with one short fleet (LANE_2_FIRST) and then
+# the unit tests and the static checks: the three trials the tune times alone and its
+# parallel round then both run beside those steady checks, not one beside the checks and
+# the other beside another fleet's converge (issue 21's parallelism bound compares the
+# two). deploy, its module tests and safety share one fleet's names and ports, so they
+# stay in one lane.
 # Seconds in the two-lane run of 2026-12-02 on this kind of machine (2 cores; a lane's
-# scenario shares the machine with the other lane), with compare instead of tune: deploy
-# 245, fleet-modules 26, safety 230, multinode 105, router 1247, unit 200, lint 37,
-# sanity 66, gate 87, model 462, monitoring 244, bad-input 222, minimal 135, bench-deploy
-# 179. The tune scenario (about 550 s) starts lane 1 at once: the three trials it times
-# alone and its parallel round then run beside the unit tests and the static checks, which
-# load the machine steadily, not beside another fleet's client load (issue 21's
-# parallelism bound compares the two). deploy, its module tests and safety share one
-# fleet's names and ports, so they stay in one lane.
-# In the first two-lane run of this layout the round took 1.32x the trials alone: the
-# trials alone ran beside the unit tests, the round beside the deploy scenario's converge
-# (package and venv installs on three hosts). So lane 2 starts with one short fleet
-# (LANE_2_FIRST, the minimal inventory: about as long as the tune's own create and
-# converge) and only then runs the unit tests and the static checks: the tune's trials
-# alone and its round both fall beside them.
-# The two-lane run of this layout on 2026-12-02 (multinode then in lane 2; the model
-# scenario failed at its create, about 500 s when it passes): lane 1 tune 869 + router
-# 1211 + bad-input 178 = 2258 s; lane 2 minimal 158 + unit 248 + lint 92 + sanity 169 +
-# deploy 415 + fleet-modules 32 + safety 302 + multinode 129 + gate 112 + model ~500 +
-# monitoring 212 + bench-deploy 147 = about 2516 s. multinode (its own names and ports)
-# moves to lane 1: about 2390 s each.
+# scenario shares the machine with the other lane; multinode then in lane 2, and the model
+# scenario failed at its create: about 500 s when it passes): tune 869, router 1211,
+# bad-input 178 = 2258 s; minimal 158, unit 248, lint 92, sanity 169, deploy 415,
+# fleet-modules 32, safety 302, multinode 129, gate 112, model ~500, monitoring 212,
+# bench-deploy 147 = about 2516 s. With multinode (its own names and ports) in lane 1:
+# about 2390 s each.
 LANE_1 = ("molecule-tune", "molecule-multinode", "molecule-router", "bad-input")
 LANE_2_FIRST = ("tests/integration/test_minimal_inventory.py",)
 LANE_2 = ("molecule-deploy", "fleet-modules", "molecule-safety",

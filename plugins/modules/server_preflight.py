@@ -489,14 +489,16 @@ def check_one(module, params, memo=None):
     gpus, layout = check_gpus(module, params, result, memo)
     settings = dict(params["plan"], gpu_count=gpus["count"], gpu_memory_mib=gpus["memory_mib"])
     try:
-        check_model_dir(params["model_path"], params["host"], params["model_commit"])
+        # the model directory and the port are the same for every entry of O(candidates)
+        _memo(memo, "model_dir", lambda: check_model_dir(params["model_path"], params["host"],
+                                                         params["model_commit"]))
         plan, model_warnings = plan_memory(params["model_path"], layout, settings,
                                            params["extra_args"])
         result.update(plan=plan, pp_layer_partition=plan.get("pp_layer_partition") or "")
         allow_unfit = module.boolean(params["plan"].get("allow_unfit") or False)
         for warning in model_warnings + judge_plan(plan, params["host"], allow_unfit):
             module.warn(warning)
-        result["port_owner"] = check_port(module, params)
+        result["port_owner"] = _memo(memo, "port_owner", lambda: check_port(module, params))
     except PreflightError as exc:
         module.fail_json(msg=str(exc), **result)
     probe_release(module, params, layout, result, memo)

@@ -50,12 +50,12 @@ def gate_requests(candidates, checks, base_extra_args=None):
     out = []
     for cand in candidates:
         check = resolved.get(cand["id"]) or {}
-        refused = _verdict.preflight_failed(check) if check else True
-        layout = None if refused else check.get("layout")
-        strategy = None if refused else check.get("strategy")
+        if not check or _verdict.preflight_failed(check):
+            check = {}
+        layout = check.get("layout")
         extra = dict(base_extra_args or {})
         extra.update(cand.get("extra_args") or {})
-        out.append({"id": cand["id"], "strategy": strategy or cand["strategy"],
+        out.append({"id": cand["id"], "strategy": check.get("strategy") or cand["strategy"],
                     "layout": layout if isinstance(layout, dict) else {"name": cand["strategy"]},
                     "extra_args": extra})
     return out

@@ -85,9 +85,11 @@ def main(argv=None):
         for host in hosts:
             path = os.path.join(args.work, "starts-%s-%s.jsonl" % (phase, host))
             starts[(phase, host)] = [json.loads(line) for line in _text(path).splitlines() if line.strip()] if os.path.exists(path) else []
-    new = {}  # phase -> the starts since the phase before, on every host
+    new_on = {}  # (phase, host) -> the host's starts since the phase before
     for prev, phase in zip(phases, phases[1:]):
-        new[phase] = [s for h in hosts for s in starts[(phase, h)][len(starts[(prev, h)]):]]
+        for h in hosts:
+            new_on[(phase, h)] = starts[(phase, h)][len(starts[(prev, h)]):]
+    new = {phase: [s for h in hosts for s in new_on[(phase, h)]] for phase in phases[1:]}
     every_new = [s for phase in phases[1:] for s in new[phase]]
 
     refused = report["refused"]
@@ -112,8 +114,7 @@ def main(argv=None):
     winner = (report.get("winner") or {}).get("id")
     reloaded = sorted(cid for cid in first if cid in rows and cid != winner
                       and any(matches(s, rows[cid], knobs) for s in later))
-    winner_loads = {h: sum(1 for p in phases[2:]
-                           for s in starts[(p, h)][len(starts[(phases[phases.index(p) - 1], h)]):]
+    winner_loads = {h: sum(1 for p in phases[2:] for s in new_on[(p, h)]
                            if winner in rows and matches(s, rows[winner], knobs))
                     for h in hosts}
 
