@@ -26,6 +26,8 @@ __metaclass__ = type
 
 import re
 
+from ansible_collections.gpufleet.sglang.plugins.module_utils._router import LEAVING
+
 DEFAULT_ROUTER_PORT = 30000
 REASON = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
@@ -125,10 +127,11 @@ def membership(candidates, held, healthy, rows):
     is); ``rows``: the router's list (``_router.worker_table``).
     Returns ``{"add": [...], "remove": [...], "keep": [...]}``: a server that is healthy and
     not held must be listed; one that is down or held must not; URLs the inventory does
-    not name are left alone.
+    not name are left alone. A row the router is draining (smg keeps a removed worker so
+    for about 5 s) counts as not listed: it routes nothing and goes by itself.
     """
     held = set(_norm(u) for u in held or [])
-    listed = set(r["url"] for r in rows)
+    listed = set(r["url"] for r in rows if r.get("status") not in LEAVING)
     add, remove, keep = [], [], []
     for url in [_norm(u) for u in candidates or []]:
         state = healthy.get(url)

@@ -18,16 +18,18 @@ description:
     C(/remove_worker), C(/list_workers)) for a drain-aware switch of the servers behind it.
   - With O(state=absent), first refuses (and changes nothing) when taking O(urls) out would
     leave fewer than O(min_serving) healthy workers in the router; else removes them and
-    waits until the router lists none of them.
+    waits until the router routes to none of them (each is gone, or listed as C(draining);
+    smg keeps a removed worker so for about 5 s and routes no new request to it).
   - With O(state=drained), reads the server's SGLang V(/metrics) at O(metrics_url) until
     C(sglang:num_running_reqs) and C(sglang:num_queue_reqs) are both 0, up to
     O(drain_timeout) s; on a timeout it fails or goes on, as O(on_drain_timeout) says.
   - With O(state=present), adds those of O(urls) the router does not list and waits until
-    it lists every one as healthy and ready (routable).
+    it lists every one as healthy and ready (routable). A URL still listed as C(draining) is
+    added once that row has gone (smg refuses a duplicate).
   - With O(state=converged), makes the router's membership what it should be. Each of O(urls)
     whose C(/health) answers 200 (asked from the router's host) and that is not in O(held) is
     added and waited for until the router routes to it; each that is down or held is removed
-    and waited for until the router lists it no more; URLs not in O(urls) are left alone. In
+    and waited for until the router routes to it no more; URLs not in O(urls) are left alone. In
     check mode it only reports (RV(membership), one row per URL).
   - The router does not keep workers across its own restart; the router role's
     C(--worker-urls) does.
@@ -320,7 +322,7 @@ def main():
                              elapsed_s=res["elapsed_s"])
         if module.check_mode:
             rows = router.workers()
-            listed = set(r["url"] for r in rows)
+            listed = set(_router.still_routed(rows, urls))
             if p["state"] == "absent":
                 _router.check_min_serving(rows, urls, p["min_serving"])
                 todo = [u for u in urls if u in listed]

@@ -11,9 +11,9 @@
    each point's pixel position is computed from the JSON alone (matplotlib's default axes
    box of a 9x6 in, 100 dpi figure, its 5 % autoscale margins over the points and the
    shaded band, log where the JSON's axes say so), and a marker of the point's colour
-   (blue: meets the SLO; gray: misses it; the winner under its red star) must be within 4
-   px of it; every blue marker blob outside the legend must sit on a JSON point; the
-   frontier line (orange) is drawn when it has two points or more.
+   (blue: meets the SLO; gray: misses it; the winner, and any point the winner's star
+   covers, red) must be within 4 px of it; every blue marker blob outside the legend must
+   sit on a JSON point; the frontier line (orange) is drawn when it has two points or more.
 Prints a JSON summary; exits 1 with the reasons when a check fails.
 """
 
@@ -96,6 +96,7 @@ def blobs(rows, rgb, tol=12):
 
 
 AXES_PX = (112.5, 810.0, 72.0, 534.0)  # left, right, top, bottom of the default subplot
+STAR_RADIUS_PX = 10.3  # the winner's marker: sqrt(220) pt across at 100 dpi, halved
 
 
 def transform(report):
@@ -192,12 +193,16 @@ def main(argv=None):
     found = {name: blobs(rows, rgb) for name, rgb in COLORS.items()}
     to_px = transform(report)
     win = report.get("winner") or {}
+    star = next((to_px(p["x"], p["y"]) for p in report["points"]
+                 if p["id"] == win.get("id") and p["concurrency"] == win.get("concurrency")), None)
     placed = []
     for p in report["points"]:
         col, row = to_px(p["x"], p["y"])
         placed.append((col, row))
-        is_winner = p["id"] == win.get("id") and p["concurrency"] == win.get("concurrency")
-        colour = "red" if is_winner else ("blue" if p["meets_slo"] else "gray")
+        # the winner's star (s=220 pt^2: about 20 px across, drawn above the other markers)
+        # covers a point that lies within its outer radius: that point shows red
+        under_star = star is not None and ((col - star[0]) ** 2 + (row - star[1]) ** 2) ** 0.5 <= STAR_RADIUS_PX
+        colour = "red" if under_star else ("blue" if p["meets_slo"] else "gray")
         if not near(rows, col, row, COLORS[colour]):
             problems.append("no %s marker at (%.0f, %.0f) for %s c=%s" % (colour, col, row, p["id"], p["concurrency"]))
     # every blue marker drawn is a JSON point, but the legend's: the one with the legend's

@@ -142,6 +142,7 @@ class FakeRouter(object):
         self.next_id = 0
         self.drain_polls, self.ready_polls, self.legacy = drain_polls, ready_polls, legacy
         self.calls = []
+        self.ignore_deletes = False
         for u in urls:
             self._new(u, 0)
 
@@ -188,7 +189,8 @@ class FakeRouter(object):
         wid = path.split("/", 1)[1]
         if wid not in self.workers:
             return 404, "{}"
-        self.workers[wid]["gone_in"] = self.drain_polls
+        if not self.ignore_deletes:
+            self.workers[wid]["gone_in"] = self.drain_polls
         return 202, '{"status": "accepted"}'
 
 
@@ -200,13 +202,20 @@ def test_take_out_drain_put_back_with_the_smg_api():
     router = r.Router("http://router:30000/", "workers", fake, api_key="k")
     out = r.take_out(router, ["http://a:1"], 1, 30, 0.1, **dict(CLOCK))
     assert out["removed"] == ["http://a:1"]
-    assert sorted(x["url"] for x in out["after"]) == ["http://b:1", "http://c:1"]
+    # done at the first list after the DELETE: a is draining (routed to no more), not gone
+    assert [c for c in fake.calls if c[0] == "GET"] == [("GET", "/workers")] * 2
+    assert r.serving(out["after"]) == ["http://b:1", "http://c:1"]
+    assert r.leaving(out["after"], ["http://a:1"]) == ["http://a:1"]
     assert ("DELETE", "/workers/id1") in fake.calls
     texts = iter([METRICS % (2, 1), METRICS % (1, 0), METRICS % (0, 0)])
     d = r.drain(lambda: next(texts), 30, 0.1, **dict(CLOCK))
     assert d["drained"] and (d["running"], d["queued"]) == (0, 0)
+    # the re-add waits until the draining row has gone: smg would answer 409 before
+    fake.calls[:] = []
     back = r.put_back(router, ["http://a:1"], 30, 0.1, **dict(CLOCK))
     assert back["added"] == ["http://a:1"]
+    posts = [n for n, c in enumerate(fake.calls) if c[0] == "POST"]
+    assert posts == [2]  # a list that shows it draining, the next without it, then the add
     assert r.serving(back["after"]) == ["http://a:1", "http://b:1", "http://c:1"]
     # a no-op put-back adds nothing
     assert r.put_back(router, ["http://a:1"], 30, 0.1, **dict(CLOCK))["added"] == []
@@ -221,10 +230,18 @@ def test_refused_batch_changes_nothing():
 
 
 def test_timeouts_are_errors_or_reported():
+    fake = FakeRouter(["http://a:1", "http://b:1"])
+    fake.ignore_deletes = True  # a router that goes on routing to a after the DELETE
+    router = r.Router("http://router:30000", "workers", fake)
+    with pytest.raises(r.RouterError, match="still routes to http://a:1"):
+        r.take_out(router, ["http://a:1"], 1, 5, 0.1, **dict(CLOCK))
+    # a draining row that never goes: the re-add is refused, named, and nothing is added
     fake = FakeRouter(["http://a:1", "http://b:1"], drain_polls=10 ** 6)
     router = r.Router("http://router:30000", "workers", fake)
-    with pytest.raises(r.RouterError, match="still lists http://a:1"):
-        r.take_out(router, ["http://a:1"], 1, 5, 0.1, **dict(CLOCK))
+    r.take_out(router, ["http://a:1"], 1, 5, 0.1, **dict(CLOCK))
+    with pytest.raises(r.RouterError, match="still lists http://a:1 as draining 5 s"):
+        r.put_back(router, ["http://a:1"], 5, 0.1, **dict(CLOCK))
+    assert [c for c in fake.calls if c[0] == "POST"] == []
     d = r.drain(lambda: METRICS % (3, 0), 5, 0.1, **dict(CLOCK))
     assert not d["drained"] and d["running"] == 3
     fake = FakeRouter(["http://b:1"], ready_polls=10 ** 6)

@@ -82,3 +82,18 @@ def test_membership_report_names_each_problem():
     rep = rf.membership_report("r1", rows(("http://b:1", False)), ["http://b:1"], [],
                                {"http://b:1": False})
     assert rep[0]["problem"] == ""
+
+
+def test_membership_reads_a_draining_row_as_not_listed():
+    """smg keeps a removed worker listed as draining for about 5 s and routes nothing to
+    it: a serving server with only that row is added (once the row has gone), and a held
+    one with it needs no second removal."""
+    cand = ["http://a:1", "http://b:1"]
+    healthy = {"http://a:1": True, "http://b:1": True}
+    draining = [{"id": "1", "url": "http://a:1", "healthy": False, "status": "draining"},
+                {"id": "2", "url": "http://b:1", "healthy": False, "status": "draining"}]
+    plan = rf.membership(cand, ["http://b:1"], healthy, draining)
+    assert plan == {"add": ["http://a:1"], "remove": [], "keep": ["http://b:1"]}
+    ready = [dict(row, healthy=True, status="ready") for row in draining]
+    plan = rf.membership(cand, ["http://b:1"], healthy, ready)
+    assert plan == {"add": [], "remove": ["http://b:1"], "keep": ["http://a:1"]}

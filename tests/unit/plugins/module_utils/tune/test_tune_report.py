@@ -75,3 +75,50 @@ def test_the_chart_draws_the_points_of_the_json(tuned):
     assert as_json["axes"]["tpot_limit_x"] == pytest.approx(1000.0 / SLO["tpot_p99_ms"])
     missed = [p for p in as_json["points"] if not p["meets_slo"]]
     assert missed and all(p["meets_slo"] is False for p in missed)
+
+
+def _check_chart_module():
+    import importlib.util  # pylint: disable=import-outside-toplevel
+    import os  # pylint: disable=import-outside-toplevel
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = os.path.join(here, "..", "..", "..", "..", "..", "extensions", "molecule", "tune", "files", "check_chart.py")
+    spec = importlib.util.spec_from_file_location("check_chart", os.path.normpath(path))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_scenarios_chart_check_reads_a_point_under_the_winners_star_as_covered(tmp_path, monkeypatch, capsys):
+    """Two candidates that run the same (ep8 with and without a knob that changes nothing)
+    put their points on one pixel: the winner's star, drawn above, covers the other's marker
+    (the tune scenario's CI run of 58d2508 failed on it). The check reads it red, and
+    without the rule it reports the covered point missing."""
+    check = _check_chart_module()
+    metrics = {"a": [(16, 40.0, 600.0), (1, 64.0, 60.0)], "b": [(16, 40.02, 599.7), (1, 63.0, 59.0)],
+               "c": [(16, 20.0, 250.0), (1, 26.0, 24.0)]}
+    points = [{"id": cid, "concurrency": c, "x": x, "y": y, "meets_slo": True, "failed": 0}
+              for cid, rows in metrics.items() for c, x, y in rows]
+    front = frontier.pareto(points)
+    rep = {"rows": [{"id": cid} for cid in metrics], "points": points,
+           "frontier": [{"id": p["id"], "concurrency": p["concurrency"], "x": p["x"], "y": p["y"]} for p in front],
+           "winner": {"id": "a", "concurrency": 16},
+           "axes": {"x_log": False, "y_log": False, "tpot_limit_x": None}}
+    journal = tmp_path / "journal.jsonl"
+    journal.write_text("".join(json.dumps({
+        "kind": "trial", "status": "ok", "candidate": {"id": cid},
+        "metrics": [{"concurrency": c, "tok_s_per_user": x, "output_tok_s_per_gpu": y} for c, x, y in rows]}) + "\n"
+        for cid, rows in metrics.items()))
+    (tmp_path / "tune-x.json").write_text(json.dumps(rep))
+    (tmp_path / "tune-x.png").write_bytes(tune_report.render_png(rep))
+    argv = ["--journal", str(journal), "--report", str(tmp_path / "tune-x.json")]
+    assert check.main(argv) == 0
+    monkeypatch.setattr(check, "STAR_RADIUS_PX", 0.0)
+    assert check.main(argv) == 1
+    # a point the star does not cover is still looked for in its own colour
+    monkeypatch.setattr(check, "STAR_RADIUS_PX", 10.3)
+    rep["points"][4]["y"] = 400.0  # c's c=16 point moved in the JSON only (the axes stay)
+    (tmp_path / "tune-x.json").write_text(json.dumps(rep))
+    journal.write_text(journal.read_text().replace('"output_tok_s_per_gpu": 250.0', '"output_tok_s_per_gpu": 400.0'))
+    assert check.main(argv) == 1
+    problems = json.loads(capsys.readouterr().out.splitlines()[-1])["problems"]
+    assert problems == ["no blue marker at (144, 239) for c c=16", "a blue marker at (144, 348) is no point of the JSON"]
