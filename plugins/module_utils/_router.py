@@ -171,24 +171,32 @@ def worker_table(api, payload):
 LEAVING = ("draining", "removing")
 
 
+def is_leaving(row):
+    """Whether the router keeps this row only on its way out (smg's ``draining``): it
+    routes no new request to it."""
+    return row.get("status") in LEAVING
+
+
 def serving(rows):
     """URLs the router routes to now (healthy and not draining)."""
-    return sorted(r["url"] for r in rows if r["healthy"] is not False
-                  and r["status"] not in LEAVING)
+    return sorted(r["url"] for r in rows if r["healthy"] is not False and not is_leaving(r))
+
+
+def _listed(rows, urls, on_the_way_out):
+    urls = set(normalize_url(u) for u in urls)
+    return sorted(set(r["url"] for r in rows if r["url"] in urls and is_leaving(r) == on_the_way_out))
 
 
 def still_routed(rows, urls):
     """Those of ``urls`` the router lists in a row that is not on its way out (a removal
     is done when this is empty)."""
-    urls = set(normalize_url(u) for u in urls)
-    return sorted(set(r["url"] for r in rows if r["url"] in urls and r["status"] not in LEAVING))
+    return _listed(rows, urls, False)
 
 
 def leaving(rows, urls):
     """Those of ``urls`` the router still lists as draining (a re-add would be refused as
     a duplicate until the row has gone)."""
-    urls = set(normalize_url(u) for u in urls)
-    return sorted(set(r["url"] for r in rows if r["url"] in urls and r["status"] in LEAVING))
+    return _listed(rows, urls, True)
 
 
 def check_min_serving(rows, removing, min_serving):

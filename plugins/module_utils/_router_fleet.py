@@ -26,7 +26,7 @@ __metaclass__ = type
 
 import re
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils._router import LEAVING
+from ansible_collections.gpufleet.sglang.plugins.module_utils._router import is_leaving
 
 DEFAULT_ROUTER_PORT = 30000
 REASON = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -131,7 +131,7 @@ def membership(candidates, held, healthy, rows):
     for about 5 s) counts as not listed: it routes nothing and goes by itself.
     """
     held = set(_norm(u) for u in held or [])
-    listed = set(r["url"] for r in rows if r.get("status") not in LEAVING)
+    listed = set(r["url"] for r in rows if not is_leaving(r))
     add, remove, keep = [], [], []
     for url in [_norm(u) for u in candidates or []]:
         state = healthy.get(url)
