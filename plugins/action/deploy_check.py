@@ -78,6 +78,8 @@ class ActionModule(ActionBase):
         problems.extend(_inputs.wheel_problems(
             self._venv_wheels(args, task_vars), args.get("release"),
             lambda path: os.path.isfile(path) and os.access(path, os.R_OK)))
+        routers = self._routers(task_vars, args)
+        problems.extend(_inputs.router_key_problems(args.get("api_key"), routers))
         nnodes = _inputs.nnodes_of(values)
         topology = None
         if nnodes > 1:
@@ -107,6 +109,20 @@ class ActionModule(ActionBase):
                           "%d GPU(s)" % gpus["count"] if checked else "the GPUs the host has",
                           nnodes))
         return result
+
+    @staticmethod
+    def _routers(task_vars, args):
+        """``[(host, router_api_key)]`` of the router group in front of this server."""
+        group = args.get("router_group") or ""
+        hostvars = task_vars.get("hostvars", {})
+        out = []
+        for host in task_vars.get("groups", {}).get(group, []) if group else []:
+            try:
+                key = hostvars[host].get("router_api_key") or ""
+            except Exception:  # an undefined or broken variable of another host
+                key = ""
+            out.append((host, key))
+        return out
 
     def _topology(self, task_vars, host, nnodes, args):
         group = args.get("server_group") or ""

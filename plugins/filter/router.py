@@ -26,7 +26,7 @@ def router_worker_urls(servers, groups, hostvars, default_port=30000):
 
 
 def router_endpoints(router_hosts, hostvars):
-    """Every router of the group: ``[{host, url, api_key}]``."""
+    """Every router of the group: ``[{host, url, unit_path}]`` (no key: see _router_fleet.routers)."""
     try:
         return _router_fleet.routers(list(router_hosts or []), hostvars)
     except _router_fleet.FleetError as exc:

@@ -254,6 +254,26 @@ def _names_and_secrets(values):
     return problems
 
 
+def router_key_problems(server_key, routers):
+    """The routers in front of a server whose keys it would refuse. smg 1.x forwards a
+    client's ``Authorization`` header to the worker unchanged and sends the worker's own
+    key (given when it was added) only on requests that carry none. Behind a router with a
+    ``router_api_key``, every client sends that key, so a server with another key refuses
+    every routed request (401). ``routers`` is ``[(host, router_api_key)]``; keys are never
+    shown."""
+    if not isinstance(server_key, str) or not server_key:
+        return []
+    keyed = [host for host, key in routers if isinstance(key, str) and key and key != server_key]
+    if not keyed:
+        return []
+    return ["server_api_key differs from router_api_key of %s: smg forwards its clients' "
+            "Authorization header (router_api_key) to the server unchanged and sends a "
+            "server's own key only on requests without one, so this server would refuse every "
+            "request routed to it (401). Behind a router with a key, give the servers the "
+            "router's key or none; servers with keys of their own need routers without one "
+            "(the router then calls each with its key)" % ", ".join(keyed)]
+
+
 def check_fields(values):
     """Every problem with the single inputs, in a stable order."""
     problems = []

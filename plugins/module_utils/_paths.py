@@ -23,3 +23,6 @@ STATE_DIR = "/var/lib/gpufleet-sglang"
 # Present while a server is held out of every router on purpose (a tune trial, an
 # operator's hold): JSON {"reason", "since", "by"}; router membership keeps it out.
 ROUTER_HOLD_PATH = STATE_DIR + "/router-hold.json"
+# The launcher a unit with an API key starts through (roles/server/files/secret_exec.py):
+# it passes the key as an argument in-process, out of /proc/<pid>/cmdline and the journal.
+SECRET_EXEC_PATH = "/usr/local/libexec/gpufleet-sglang/secret_exec.py"

@@ -33,6 +33,7 @@ __metaclass__ = type
 import json
 import time
 
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _paths
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _version
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _waiter
 from ansible_collections.gpufleet.sglang.plugins.module_utils._status import scheduler_metrics
@@ -67,10 +68,18 @@ def help_argv(package, venv):
     return [venv + "/bin/python", "-m", "sglang_router.launch_router", "--help"]
 
 
-def launch_prefix(package, venv):
+def launch_prefix(package, venv, secret_exec=None):
+    """The command before the router's flags. With ``secret_exec`` (the router has an API
+    key) it runs through the collection's launcher, which appends ``--api-key`` from
+    ``ROUTER_API_KEY`` inside the process, out of ``/proc/<pid>/cmdline``, and redacts it
+    from the output; smg's ``smg`` script is ``smg.cli:main``, so ``-m smg`` runs the
+    same."""
+    module = ["smg", "launch"] if package == "smg" else ["sglang_router.launch_router"]
+    if secret_exec:
+        return [venv + "/bin/python", secret_exec, "--api-key=ROUTER_API_KEY", "--", "-m"] + module
     if package == "smg":
         return [venv + "/bin/smg", "launch"]
-    return [venv + "/bin/python", "-m", "sglang_router.launch_router"]
+    return [venv + "/bin/python", "-m"] + module
 
 
 def normalize_url(url):
@@ -85,7 +94,10 @@ def launch_argv(package, venv, flags, settings):
     command line (``HF_ENDPOINT`` when the release cannot turn tokenizer loading off).
     Raises :class:`RouterError` naming every setting the release lacks a flag for.
     """
-    argv = launch_prefix(package, venv)
+    secret_exec = None
+    if settings.get("api_key"):
+        secret_exec = settings.get("secret_exec") or _paths.SECRET_EXEC_PATH
+    argv = launch_prefix(package, venv, secret_exec)
     env = {}
     missing = []
 
@@ -106,7 +118,13 @@ def launch_argv(package, venv, flags, settings):
     if not s["worker_urls"]:
         raise RouterError("router_worker_urls is empty: the inventory names no server to "
                           "route to (expected at least one rank-0 server)")
-    add("--worker-urls", [normalize_url(u) for u in s["worker_urls"]], "router_worker_urls")
+    # smg gives a worker a key only when it is added with one ("Adding worker ... without
+    # API key"): a server with a key is left out here and added after the start with it
+    # (the router role's run step, router_worker's worker_api_keys)
+    own_key = set(normalize_url(u) for u in s.get("own_key_urls") or [])
+    startup = [normalize_url(u) for u in s["worker_urls"] if normalize_url(u) not in own_key]
+    if startup:
+        add("--worker-urls", startup, "router_worker_urls")
     add("--policy", s["policy"], "router_policy")
     add("--prometheus-host", s["prometheus_host"], "router_prometheus_host")
     add("--prometheus-port", s["prometheus_port"], "router_prometheus_port")
@@ -132,9 +150,9 @@ def launch_argv(package, venv, flags, settings):
     add("--request-timeout-secs", s["request_timeout"], "router_request_timeout")
     add("--worker-startup-timeout-secs", s["worker_startup_timeout"],
         "router_worker_startup_timeout")
-    if s["api_key"]:
-        # systemd expands ${ROUTER_API_KEY} from the 0600 environment file
-        add("--api-key", "${ROUTER_API_KEY}", "router_api_key")
+    if s["api_key"] and "--api-key" not in flags:
+        # the launcher (launch_prefix) appends the flag itself
+        missing.append("router_api_key (needs --api-key)")
     if "--disable-tokenizer-autoload" in flags:
         argv.append("--disable-tokenizer-autoload")
     elif not s["hf_endpoint"]:
@@ -390,17 +408,23 @@ def converge(router, plan, timeout, interval, keys=None, **clock):
 
 def drain(read_metrics, timeout, interval, **clock):
     """Wait until the server has no running or queued request. ``read_metrics()`` returns
-    the ``/metrics`` text. Returns ``{"drained", "elapsed_s", "running", "queued"}``."""
+    the ``/metrics`` text, or None when nothing listens on the server's port (a server
+    still loading, or down, has no request to finish). Returns ``{"drained", "elapsed_s",
+    "running", "queued", "listening"}``."""
     last = {}
 
     def idle():
-        done, running, queued = is_drained(read_metrics())
-        last.update(running=running, queued=queued)
+        text = read_metrics()
+        if text is None:
+            last.update(running=0, queued=0, listening=False)
+            return True
+        done, running, queued = is_drained(text)
+        last.update(running=running, queued=queued, listening=True)
         return done
 
     done, elapsed = wait_for(idle, timeout, interval, **clock)
     return {"drained": bool(done), "elapsed_s": elapsed, "running": last.get("running"),
-            "queued": last.get("queued")}
+            "queued": last.get("queued"), "listening": last.get("listening")}
 
 
 def worker_urls(servers, groups, hostvars, default_port=30000):

@@ -41,9 +41,11 @@ def _norm(url):
 
 
 def routers(router_hosts, hostvars):
-    """``[{"host", "url", "api_key", "unit_path"}]`` for the hosts of the router group, in
-    inventory order. The URL is the one the router answers on its own host; ``unit_path``
-    is its systemd unit (the router role's), absent before the router is installed."""
+    """``[{"host", "url", "unit_path"}]`` for the hosts of the router group, in inventory
+    order. The URL is the one the router answers on its own host; ``unit_path`` is its
+    systemd unit (the router role's), absent before the router is installed. The router's
+    ``router_api_key`` is not in it: the tasks loop over these entries, and Ansible prints a
+    failed loop item whole, so each task reads the key from the host's vars."""
     out = []
     bad = []
     for host in router_hosts or []:
@@ -55,7 +57,6 @@ def routers(router_hosts, hostvars):
             bad.append("%s: router_port is %r; expected an integer" % (host, port))
             continue
         out.append({"host": host, "url": "http://127.0.0.1:%d" % port,
-                    "api_key": hv.get("router_api_key") or "",
                     "unit_path": "/etc/systemd/system/%s.service"
                                  % (hv.get("router_service_name") or "sglang-router")})
     if bad:

@@ -16,7 +16,7 @@ import datetime
 import json
 import re
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _files, _unit_spec
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _files, _paths, _unit_spec
 
 HEADER = "# Managed by gpufleet.sglang (server_unit); local changes are overwritten."
 
@@ -99,8 +99,13 @@ def render_unit(p):
     name = strategy_of(p)
     release = _text(p.get("release"))
     lines = argv_lines(p.get("argv"))
+    # With an API key the unit starts through the collection's launcher, which appends
+    # --api-key in-process from SGLANG_API_KEY (out of /proc/<pid>/cmdline) and redacts it
+    # from the output (SGLang 0.5.9 logs its ServerArgs, key included, at every start).
+    launcher = ""
     if _text(p.get("api_key")):
-        lines.append("--api-key ${SGLANG_API_KEY}")
+        launcher = " %s --api-key=SGLANG_API_KEY --" % systemd_arg(
+            p.get("secret_exec") or _paths.SECRET_EXEC_PATH)
     out = [
         HEADER,
         "# Strategy %s (tp %s, pp %s, ep %s, dp %s) on SGLang %s." % (
@@ -122,8 +127,8 @@ def render_unit(p):
         "EnvironmentFile=%s/%s.env" % (_text(p.get("config_dir")), _text(p.get("service_name"))),
         # The templates ended the line with " \" even without arguments, which joined
         # Restart= into ExecStart=; without arguments the line simply ends here.
-        "ExecStart=%s -m sglang.launch_server%s" % (systemd_arg(p.get("python")),
-                                                    " \\" if lines else ""),
+        "ExecStart=%s%s -m sglang.launch_server%s" % (systemd_arg(p.get("python")), launcher,
+                                                      " \\" if lines else ""),
     ]
     for index, line in enumerate(lines):
         out.append("    %s%s" % (line, " \\" if index < len(lines) - 1 else ""))

@@ -108,6 +108,15 @@ options:
   hf_token:
     description: The Hugging Face token (C(server_hf_token)); never shown.
     type: raw
+  router_group:
+    description:
+      - The inventory group of the routers in front of this server (C(server_router_group)).
+        A server whose C(server_api_key) differs from a router's C(router_api_key) is
+        refused. smg forwards its clients' C(Authorization) header to the server unchanged,
+        and sends the server's own key only on requests without one, so the server would
+        refuse every routed request.
+    type: str
+    default: ""
 attributes:
   action:
     description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.

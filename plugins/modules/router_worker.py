@@ -22,7 +22,9 @@ description:
     smg keeps a removed worker so for about 5 s and routes no new request to it).
   - With O(state=drained), reads the server's SGLang V(/metrics) at O(metrics_url) until
     C(sglang:num_running_reqs) and C(sglang:num_queue_reqs) are both 0, up to
-    O(drain_timeout) s; on a timeout it fails or goes on, as O(on_drain_timeout) says.
+    O(drain_timeout) s; on a timeout it fails or goes on, as O(on_drain_timeout) says. A
+    refused connection (nothing listens on the port, so the server is still loading or
+    down) counts as drained.
   - With O(state=present), adds those of O(urls) the router does not list and waits until
     it lists every one as healthy and ready (routable). A URL still listed as C(draining) is
     added once that row has gone (smg refuses a duplicate).
@@ -197,6 +199,10 @@ queued:
   description: Queued requests at the last read.
   type: int
   returned: O(state=drained)
+listening:
+  description: Whether the server answered on its port at the last read (false, with 0 running and queued, when the connection was refused).
+  type: bool
+  returned: O(state=drained)
 elapsed_s:
   description: Seconds the wait took.
   type: float
@@ -284,6 +290,9 @@ def main():
                     status, text = fetch("GET", p["metrics_url"], None, {},
                                          p["request_timeout"])
                 except OSError as exc:
+                    # nothing listens (a server still loading, or down): nothing to drain
+                    if isinstance(getattr(exc, "reason", exc), ConnectionRefusedError):
+                        return None
                     raise _router.RouterError("cannot read %s: %s" % (p["metrics_url"], exc))
                 if status != 200:
                     raise _router.RouterError("%s answered %s" % (p["metrics_url"], status))

@@ -15,8 +15,11 @@ author: gpufleet developers (@gpufleet)
 description:
   - Renders the systemd unit of the SGLang server (hardened as docs/hardening.md
     describes) and its root-owned 0600 environment file, which alone holds the secrets.
-    The unit passes the API key as C(--api-key ${SGLANG_API_KEY}), which systemd expands
-    at start, so neither the unit nor the task output carries the value.
+    With an API key the unit starts SGLang through the launcher O(secret_exec), which
+    takes the key from C(SGLANG_API_KEY) in the environment file and passes it as
+    C(--api-key) inside the process, so that neither the unit, the task output, the
+    process list (C(/proc/<pid>/cmdline)) nor the journal carries the value (the launcher
+    redacts it from what the server prints).
   - With O(state=present), compares what the rendered files would run with what the
     installed server runs (the run spec, which is the exact argv, the environment from the
     environment file and C(Environment=), user, group, supplementary groups and device
@@ -97,9 +100,16 @@ options:
     elements: str
   api_key:
     description:
-      - API key of the server. Written only to the environment file; the unit gets
-        C(--api-key ${SGLANG_API_KEY}). Empty for none.
+      - API key of the server. Written only to the environment file; the unit starts
+        through O(secret_exec), which passes it on. Empty for none.
     type: str
+  secret_exec:
+    description:
+      - The collection's launcher on the host (the server role installs it when
+        C(server_api_key) is set). Used only with O(api_key); a missing file fails the
+        task before anything changes.
+    type: path
+    default: /usr/local/libexec/gpufleet-sglang/secret_exec.py
   hf_token:
     description: Hugging Face token, written only to the environment file as C(HF_TOKEN).
     type: str
@@ -752,6 +762,7 @@ def main():
             python=dict(type="path"),
             argv=dict(type="list", elements="str"),
             api_key=dict(type="str", no_log=True),
+            secret_exec=dict(type="path", default=_paths.SECRET_EXEC_PATH),
             hf_token=dict(type="str", no_log=True),
             environment=dict(type="dict", default={}),
             pp_layer_partition=dict(type="str"),
@@ -786,6 +797,10 @@ def main():
     if module.params["state"] == "present":
         if not module.params["argv"]:
             module.fail_json(msg="argv must not be empty")
+        if module.params["api_key"] and not os.path.isfile(module.params["secret_exec"]):
+            module.fail_json(msg="server_api_key is set but the launcher %s is not installed "
+                                 "(the server role's prepare step installs it)"
+                                 % module.params["secret_exec"])
         result = server.present()
     else:
         result = server.rolled_back()

@@ -290,6 +290,15 @@ def _unit_and_env():
     return unit, mode, env
 
 
+LAUNCHED = "secret_exec.py --api-key=SGLANG_API_KEY --"  # the unit starts through the launcher
+
+
+def _main_cmdline():
+    """What the kernel shows every local user of the server's command line."""
+    return podman_exec("sh", "-c", "tr '\\0' ' ' < /proc/$(systemctl show -p MainPID --value sglang)"
+                       "/cmdline").stdout
+
+
 def _models(key=None):
     req = urllib.request.Request("http://127.0.0.1:%d/v1/models" % HTTP_PORT)
     if key is not None:
@@ -307,12 +316,14 @@ def test_valid_but_hostile_looking_input_is_accepted(fleet):
     proc = _deploy({"server_api_key": SHELL_KEY, "server_served_model_name": UNICODE_NAME})
     after = observe()
     unit, mode, env = _unit_and_env()
+    cmdline = _main_cmdline()
     status_key, models = _models(SHELL_KEY)
     status_nokey, _unused = _models()
     pwned = podman_exec("test", "-e", "/tmp/pwned", check=False).returncode == 0
     ok = (proc.returncode == 0 and after["starts"] == before["starts"] + 1
           and after["main_pid"] != before["main_pid"] and after["health"] == 200
-          and SHELL_KEY not in unit and "--api-key ${SGLANG_API_KEY}" in unit and mode == "600"
+          and SHELL_KEY not in unit and LAUNCHED in unit and mode == "600"
+          and SHELL_KEY not in cmdline and LAUNCHED in cmdline
           and status_key == 200 and status_nokey == 401 and not pwned
           and [m["id"] for m in models["data"]] == [UNICODE_NAME])
     # restore the inventory's values: one more restart, the key gone
@@ -334,7 +345,8 @@ def test_valid_but_hostile_looking_input_is_accepted(fleet):
                         "untouched": False, "expect": "accepted", "as_expected": ok and ok_restore})
     RESULT_IDS.add("accepted")
     assert proc.returncode == 0, failure(proc)
-    assert SHELL_KEY not in unit and "--api-key ${SGLANG_API_KEY}" in unit, unit
+    assert SHELL_KEY not in unit and LAUNCHED in unit, unit
+    assert SHELL_KEY not in cmdline and LAUNCHED in cmdline, cmdline
     assert mode == "600" and SHELL_KEY.replace("\\", "\\\\").replace('"', '\\"') in env
     assert after["starts"] == before["starts"] + 1, (before, after)
     assert after["main_pid"] != before["main_pid"] and after["health"] == 200, after

@@ -21,10 +21,13 @@ ROLE_VARS = [
     ("roles/server/vars/main.yml", "__server_record_path", _paths.RECORD_PATH),
     ("roles/server/defaults/main.yml", "server_flags_cache_dir", _paths.CACHE_DIR),
     ("roles/prereqs/defaults/main.yml", "prereqs_cache_dir", _paths.CACHE_DIR),
+    ("roles/server/vars/main.yml", "__server_secret_exec_path", _paths.SECRET_EXEC_PATH),
+    ("roles/router/vars/main.yml", "__router_secret_exec_path", _paths.SECRET_EXEC_PATH),
 ]
 # module options whose documented default restates a path
 MODULE_OPTIONS = [
     ("server_unit", "record_path", _paths.RECORD_PATH),
+    ("server_unit", "secret_exec", _paths.SECRET_EXEC_PATH),
     ("server_status", "record_path", _paths.RECORD_PATH),
     ("server_preflight", "record_path", _paths.RECORD_PATH),
     ("server_preflight", "cache_dir", _paths.CACHE_DIR),

@@ -25,6 +25,9 @@ all:
           hosts:
             h1: {ansible_connection: local, sglang_node_address: 10.1.0.1}
             h2: {ansible_connection: local, sglang_node_address: 10.1.0.2}
+    sglang_routers:
+      hosts:
+        r1: {ansible_connection: local}
 """
 
 PLAYBOOK = """
@@ -167,3 +170,18 @@ def test_a_server_whose_hosts_would_restart_in_different_batches_is_refused(run)
     proc, results = run(dict(GOOD, strategy="tp16", sglang_nnodes=2, sglang_server_group="pair",
                              sglang_rollout_batch=2))
     assert proc.returncode == 0, proc.stdout[-2000:]
+
+
+@pytest.mark.parametrize("server_key, router_key, refused", [
+    ("sk-own", "rk-router", True),    # smg forwards rk-router; the server wants sk-own
+    ("rk-router", "rk-router", False),  # the shared key
+    ("sk-own", "", False),            # a router without a key calls the server with its key
+    ("", "rk-router", False),         # an open server behind a keyed router
+])
+def test_a_server_key_the_routers_would_not_forward_is_refused(run, server_key, router_key, refused):
+    proc, results = run(dict(GOOD, server_api_key=server_key, router_api_key=router_key))
+    assert (proc.returncode != 0) is refused, proc.stdout[-2000:]
+    if refused:
+        msg = results["h1"]["msg"]
+        assert "server_api_key differs from router_api_key of r1" in msg
+        assert "sk-own" not in msg and "rk-router" not in msg

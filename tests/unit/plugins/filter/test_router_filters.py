@@ -20,7 +20,7 @@ def hostvars():
 def test_endpoints_are_every_router():
     eps = f.router_endpoints(GROUPS["sglang_routers"], hostvars())
     assert [e["host"] for e in eps] == ["r1", "r2"]
-    assert eps[1]["api_key"] == "rk" and eps[0]["url"].endswith(":30001")
+    assert "rk" not in str(eps) and eps[0]["url"].endswith(":30001")
 
 
 def test_leaving_urls_and_switch_plan():

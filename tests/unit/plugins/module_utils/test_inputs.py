@@ -183,3 +183,14 @@ def test_a_wheel_the_controller_cannot_read_is_named_with_the_release(tmp_path):
     assert _inputs.wheel_problems([], "0.5.99", readable) == []
     assert _inputs.wheel_problems("x.whl", "0.5.99", readable) == [
         'venv_wheels must be a list of wheel paths on the controller (got "x.whl")']
+
+
+def test_router_key_problems_name_the_routers_and_never_a_key():
+    routers = [("r1", "rk-Z9x"), ("r2", ""), ("r3", "sk-Q7y")]
+    (problem,) = _inputs.router_key_problems("sk-Q7y", routers)
+    assert problem.startswith("server_api_key differs from router_api_key of r1: ")
+    assert "r2" not in problem and "r3" not in problem
+    assert "Z9x" not in problem and "Q7y" not in problem
+    assert _inputs.router_key_problems("", routers) == []
+    assert _inputs.router_key_problems(None, routers) == []
+    assert _inputs.router_key_problems("sk-Q7y", [("r2", ""), ("r3", "sk-Q7y")]) == []

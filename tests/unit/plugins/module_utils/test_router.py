@@ -71,14 +71,39 @@ def test_sglang_router_032_needs_a_hub_mirror():
     assert "--disable-tokenizer-autoload" not in argv
 
 
-def test_api_key_is_a_reference_and_switches_map_to_disable_flags():
+def test_api_key_goes_through_the_launcher_and_switches_map_to_disable_flags():
     argv, _env = r.launch_argv("smg", "/v", flags("smg-1.13.0"),
-                               dict(SETTINGS, api_key="s3cret", retries=0,
+                               dict(SETTINGS, api_key=True, retries=0,
                                     circuit_breaker=False))
-    assert argv[argv.index("--api-key") + 1] == "${ROUTER_API_KEY}"
-    assert "s3cret" not in " ".join(argv)
+    # smg's script is smg.cli:main; the launcher appends --api-key in the process
+    assert argv[:7] == ["/v/bin/python", "/usr/local/libexec/gpufleet-sglang/secret_exec.py",
+                        "--api-key=ROUTER_API_KEY", "--", "-m", "smg", "launch"]
+    assert "--api-key" not in argv and "${ROUTER_API_KEY}" not in argv
+    plain, _env = r.launch_argv("smg", "/v", flags("smg-1.13.0"),
+                                dict(SETTINGS, retries=0, circuit_breaker=False))
+    assert plain[:2] == ["/v/bin/smg", "launch"] and plain[2:] == argv[7:]
+    router, _env = r.launch_argv("sglang-router", "/v", flags("sglang-router-0.3.2"),
+                                 dict(SETTINGS, api_key=True, secret_exec="/l.py",
+                                      hf_endpoint="http://hub.invalid"))
+    assert router[:6] == ["/v/bin/python", "/l.py", "--api-key=ROUTER_API_KEY", "--", "-m",
+                          "sglang_router.launch_router"]
+    with pytest.raises(r.RouterError, match=r"router_api_key \(needs --api-key\)"):
+        r.launch_argv("smg", "/v", flags("smg-1.13.0") - {"--api-key"}, dict(SETTINGS, api_key=True))
     assert "--disable-retries" in argv and "--disable-circuit-breaker" in argv
     assert "--cb-failure-threshold" not in argv
+
+
+def test_servers_with_a_key_of_their_own_are_left_out_of_the_worker_urls():
+    """smg gives a worker a key only when it is added with one: a server with a key is
+    added after the start, with it (the router role's run step)."""
+    urls = ["http://a:30000", "http://b:30000/"]
+    argv, _env = r.launch_argv("smg", "/v", flags("smg-1.13.0"),
+                               dict(SETTINGS, worker_urls=urls, own_key_urls=["http://b:30000"]))
+    assert argv[argv.index("--worker-urls") + 1:argv.index("--worker-urls") + 3] == [
+        "http://a:30000", "--policy"]
+    argv, _env = r.launch_argv("smg", "/v", flags("smg-1.13.0"),
+                               dict(SETTINGS, worker_urls=urls, own_key_urls=urls))
+    assert "--worker-urls" not in argv
 
 
 def test_missing_flags_and_empty_worker_list_are_named():

@@ -178,6 +178,17 @@ ADDED_SINCE_TEMPLATES = (
 )
 
 
+# With an API key, the unit starts through the launcher since issue 22 (the key left
+# the command line): the template's ExecStart and its --api-key line, as they are now.
+LAUNCHER = " /usr/local/libexec/gpufleet-sglang/secret_exec.py --api-key=SGLANG_API_KEY --"
+
+
+def keyed_since_templates(text):
+    """The frozen template's unit with issue 22's launcher in place of the key's line."""
+    text = text.replace(" \\\n    --api-key ${SGLANG_API_KEY}\n", "\n")
+    return text.replace(" -m sglang.launch_server", LAUNCHER + " -m sglang.launch_server", 1)
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_unit_matches_the_template(name):
     p = CASES[name]
@@ -185,7 +196,11 @@ def test_unit_matches_the_template(name):
     for added in ADDED_SINCE_TEMPLATES:
         assert lines.count(added + "\n") == 1
     kept = "".join(line for line in lines if line.rstrip("\n") not in ADDED_SINCE_TEMPLATES)
-    assert kept == jinja_render("server.service.j2", p)
+    expected = jinja_render("server.service.j2", p)
+    if p["api_key"]:
+        assert "--api-key ${SGLANG_API_KEY}" in expected  # what the rewrite replaces
+        expected = keyed_since_templates(expected)
+    assert kept == expected
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -199,10 +214,14 @@ def test_unit_structure():
     lines = text.splitlines()
     assert lines[0] == HEADER
     assert lines[1] == "# Strategy tp8-ep8 (tp 8, pp 1, ep 8, dp 1) on SGLang 0.5.9."
-    assert "ExecStart=/opt/sglang/0.5.9/bin/python -m sglang.launch_server \\" in lines
+    # the key is no argument of the unit: the launcher appends it in the process
+    assert ("ExecStart=/opt/sglang/0.5.9/bin/python /usr/local/libexec/gpufleet-sglang/"
+            "secret_exec.py --api-key=SGLANG_API_KEY -- -m sglang.launch_server \\") in lines
     assert "    --model-path /models/kimi-k2 \\" in lines
-    assert "    --api-key ${SGLANG_API_KEY}" in lines
-    assert lines[lines.index("    --api-key ${SGLANG_API_KEY}") + 1] == "Restart=on-failure"
+    assert "${SGLANG_API_KEY}" not in text
+    assert lines[lines.index("ExecStart=/opt/sglang/0.5.9/bin/python /usr/local/libexec/"
+                             "gpufleet-sglang/secret_exec.py --api-key=SGLANG_API_KEY -- -m "
+                             "sglang.launch_server \\") + 1] == "    --model-path /models/kimi-k2 \\"
     assert "EnvironmentFile=/etc/sglang/sglang.env" in lines
     assert "x" not in [ln.split("=", 1)[-1] for ln in lines]
     assert text.endswith("[Install]\nWantedBy=multi-user.target\n")
@@ -217,6 +236,9 @@ def test_env_holds_secrets_escaped():
 
 def test_no_api_key_no_api_key_line():
     assert "--api-key" not in render_unit(params(api_key=None))
+    assert "secret_exec" not in render_unit(params(api_key=""))
+    assert "/srv/launch.py --api-key=SGLANG_API_KEY --" in render_unit(
+        params(api_key="k", secret_exec="/srv/launch.py"))
     assert "SGLANG_API_KEY" not in render_env(params(api_key=None, hf_token=None, pp_layer_partition=None))
 
 

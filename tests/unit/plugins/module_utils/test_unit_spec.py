@@ -273,8 +273,10 @@ def test_the_run_spec_reads_back_what_was_rendered():
     unit, env = files(p)
     spec = _unit_spec.run_spec(unit, {ENV_PATH: env}, "0.5.9")
     # $ is kept escaped ($$: a literal), % is unescaped
-    assert spec["argv"] == (["/opt/sglang/0.5.9/bin/python", "-m", "sglang.launch_server"]
-                            + [a.replace("$", "$$") for a in argv] + ["--api-key", "${SGLANG_API_KEY}"])
+    assert spec["argv"] == (["/opt/sglang/0.5.9/bin/python",
+                             "/usr/local/libexec/gpufleet-sglang/secret_exec.py",
+                             "--api-key=SGLANG_API_KEY", "--", "-m", "sglang.launch_server"]
+                            + [a.replace("$", "$$") for a in argv])
     assert spec["environment"] == {"HOME": "/var/lib/sglang", "SGLANG_API_KEY": "secret",
                                    "A": "1", "B": 'x "y" \\z'}
     assert spec["user"] == "sglang" and spec["group"] == "sglang"

@@ -111,6 +111,35 @@ def test_drain_timeout_fails_or_goes_on(run_module):
         fake.close()
 
 
+def test_a_server_that_does_not_listen_is_drained_one_that_errs_is_not(run_module):
+    """Nothing listening on the port (a server still loading, as a killed tune leaves it)
+    has no request to finish; a server that answers with an error still fails the drain."""
+    res, failed = run_module(router_worker, {"state": "drained", "interval": 0.05,
+                                             "metrics_url": "http://127.0.0.1:9/metrics"})
+    assert not failed and res["drained"] is True
+    assert (res["running"], res["queued"], res["listening"]) == (0, 0, False)
+
+    class Refusing(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            self.send_response(503)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Refusing)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        res, failed = run_module(router_worker, {
+            "state": "drained", "interval": 0.05,
+            "metrics_url": "http://127.0.0.1:%d/metrics" % httpd.server_address[1]})
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert failed and res["msg"].endswith("/metrics answered 503")
+
+
 def test_unreachable_router_is_named(run_module):
     res, failed = run_module(router_worker, {"router_url": "http://127.0.0.1:9",
                                              "urls": ["http://a:1"], "state": "present",

@@ -73,6 +73,10 @@ class Host(object):
         self.staging = self.config / "staging"
         self.record = self.root / "etc" / "ansible" / "facts.d" / "sglang.fact"
         self.home = self.root / "var" / "lib" / "sglang"
+        # the launcher the server role installs when the server has an API key
+        self.secret_exec = self.root / "usr" / "local" / "libexec" / "gpufleet-sglang" / "secret_exec.py"
+        self.secret_exec.parent.mkdir(parents=True)
+        self.secret_exec.write_text("# the launcher\n")
 
     def args(self, **over):
         args = dict(
@@ -80,6 +84,7 @@ class Host(object):
             argv=["--model-path", "/models/kimi-k2", "--tp-size", "8", "--host", "0.0.0.0",
                   "--port", "30000"],
             api_key=API_KEY,
+            secret_exec=str(self.secret_exec),
             hf_token=HF_TOKEN,
             environment={"NCCL_DEBUG": "WARN"},
             user=self.user,
@@ -139,7 +144,7 @@ def test_first_install(run_module, host):
     unit = host.unit.read_text()
     env = host.env.read_text()
     assert unit.startswith(HEADER + "\n")
-    assert "    --api-key ${SGLANG_API_KEY}" in unit
+    assert "bin/python %s --api-key=SGLANG_API_KEY -- -m sglang.launch_server" % host.secret_exec in unit
     assert HF_TOKEN not in unit and "Zq9" not in unit
     assert 'SGLANG_API_KEY="sk-Zq9\\"quote\\\\back"' in env
     assert "EnvironmentFile=%s/sglang.env" % host.config in unit
@@ -377,6 +382,17 @@ def test_secrets_do_not_leak_into_the_result(run_module, host):
     assert not failed
     text = json.dumps(result)
     assert HF_TOKEN not in text and "Zq9" not in text
+
+
+def test_a_key_without_the_launcher_is_refused_before_anything_changes(run_module, host):
+    host.secret_exec.unlink()
+    result, failed = run_module(server_unit, host.args())
+    assert failed and result["msg"] == (
+        "server_api_key is set but the launcher %s is not installed (the server role's "
+        "prepare step installs it)" % host.secret_exec)
+    assert not host.unit.exists() and not host.env.exists()
+    result, failed = run_module(server_unit, host.args(api_key=""))
+    assert not failed and host.unit.exists() and "secret_exec" not in host.unit.read_text()
 
 
 @pytest.mark.parametrize("over, msg", [

@@ -196,6 +196,14 @@ def _capture_line(release, when, avail, seconds=0.0):
             % (seconds, avail - 0.5))
 
 
+def _redacted(argv):
+    """The argv with the values of --api-key and --admin-api-key as ``<redacted>`` (the
+    emulator's own records are no place for a key)."""
+    argv = list(argv)
+    return ["<redacted>" if i and argv[i - 1] in ("--api-key", "--admin-api-key") else a
+            for i, a in enumerate(argv)]
+
+
 def _is_tp_rank0(prefix):
     """The scheduler's debug line comes from TP rank 0 only."""
     return prefix in ("TP0", "node0 TP0")
@@ -234,8 +242,13 @@ def main(argv):
     if fault and only_ranks and str(lay["node_rank"]) not in [r.strip() for r in only_ranks.split(",")]:
         fault = None
     rates = _layout.rates_for(lay["name"])
+    # what the real server does once its arguments are checked, before any scheduler:
+    # 0.5.9 srt/entrypoints/engine.py:1031 logger.info(f"{server_args=}"), the API keys
+    # included (the collection's launcher redacts them from the output)
+    log("server_args=ServerArgs(%s)" % ", ".join(
+        "%s=%r" % (key, args[key]) for key in sorted(args) if not key.startswith("_")))
     append_record("starts.jsonl", {
-        "time": time.time(), "pid": os.getpid(), "argv": list(argv), "release": release,
+        "time": time.time(), "pid": os.getpid(), "argv": _redacted(argv), "release": release,
         "node_rank": lay["node_rank"], "layout": lay,
         "rates": {"single": rates[0], "ceiling": rates[1], "source": rates[2]},
         "fault": fault, "host": args.get("host"), "port": args.get("port"),
