@@ -111,31 +111,26 @@ class ActionModule(ActionBase):
         return result
 
     @staticmethod
-    def _routers(task_vars, args):
+    def _hostvar(task_vars, host, name, default=None):
+        """Another host's variable; ``default`` when it is undefined or broken."""
+        try:
+            return task_vars.get("hostvars", {})[host].get(name, default)
+        except Exception:  # an undefined or broken variable of another host
+            return default
+
+    def _routers(self, task_vars, args):
         """``[(host, router_api_key)]`` of the router group in front of this server."""
         group = args.get("router_group") or ""
-        hostvars = task_vars.get("hostvars", {})
-        out = []
-        for host in task_vars.get("groups", {}).get(group, []) if group else []:
-            try:
-                key = hostvars[host].get("router_api_key") or ""
-            except Exception:  # an undefined or broken variable of another host
-                key = ""
-            out.append((host, key))
-        return out
+        return [(host, self._hostvar(task_vars, host, "router_api_key") or "")
+                for host in (task_vars.get("groups", {}).get(group, []) if group else [])]
 
     def _topology(self, task_vars, host, nnodes, args):
         group = args.get("server_group") or ""
         groups = task_vars.get("groups", {})
-        hostvars = task_vars.get("hostvars", {})
         members = groups.get(group, []) if group else []
 
         def var(member, name, default=None):
-            try:
-                value = hostvars[member].get(name, default)
-            except Exception:  # an undefined or broken variable of another host
-                return default
-            return value
+            return self._hostvar(task_vars, member, name, default)
 
         declared = dict((m, var(m, "sglang_node_rank")) for m in members)
         addresses = dict((m, var(m, "sglang_node_address") or var(m, "ansible_host") or m)

@@ -33,7 +33,7 @@ __metaclass__ = type
 import json
 import time
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _paths
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _secret_exec
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _version
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _waiter
 from ansible_collections.gpufleet.sglang.plugins.module_utils._status import scheduler_metrics
@@ -68,15 +68,16 @@ def help_argv(package, venv):
     return [venv + "/bin/python", "-m", "sglang_router.launch_router", "--help"]
 
 
-def launch_prefix(package, venv, secret_exec=None):
-    """The command before the router's flags. With ``secret_exec`` (the router has an API
-    key) it runs through the collection's launcher, which appends ``--api-key`` from
+def launch_prefix(package, venv, keyed=False, secret_exec=None):
+    """The command before the router's flags. With ``keyed`` (the router has an API key)
+    it runs through the collection's launcher (at ``secret_exec``, by default
+    ``_paths.SECRET_EXEC_PATH``), which appends ``--api-key`` from
     ``ROUTER_API_KEY`` inside the process, out of ``/proc/<pid>/cmdline``, and redacts it
     from the output; smg's ``smg`` script is ``smg.cli:main``, so ``-m smg`` runs the
     same."""
     module = ["smg", "launch"] if package == "smg" else ["sglang_router.launch_router"]
-    if secret_exec:
-        return [venv + "/bin/python", secret_exec, "--api-key=ROUTER_API_KEY", "--", "-m"] + module
+    if keyed:
+        return _secret_exec.prefix(venv + "/bin/python", "ROUTER_API_KEY", secret_exec) + ["-m"] + module
     if package == "smg":
         return [venv + "/bin/smg", "launch"]
     return [venv + "/bin/python", "-m"] + module
@@ -94,10 +95,7 @@ def launch_argv(package, venv, flags, settings):
     command line (``HF_ENDPOINT`` when the release cannot turn tokenizer loading off).
     Raises :class:`RouterError` naming every setting the release lacks a flag for.
     """
-    secret_exec = None
-    if settings.get("api_key"):
-        secret_exec = settings.get("secret_exec") or _paths.SECRET_EXEC_PATH
-    argv = launch_prefix(package, venv, secret_exec)
+    argv = launch_prefix(package, venv, bool(settings.get("api_key")), settings.get("secret_exec"))
     env = {}
     missing = []
 
@@ -122,7 +120,7 @@ def launch_argv(package, venv, flags, settings):
     # API key"): a server with a key is left out here and added after the start with it
     # (the router role's run step, router_worker's worker_api_keys)
     own_key = set(normalize_url(u) for u in s.get("own_key_urls") or [])
-    startup = [normalize_url(u) for u in s["worker_urls"] if normalize_url(u) not in own_key]
+    startup = [u for u in (normalize_url(w) for w in s["worker_urls"]) if u not in own_key]
     if startup:
         add("--worker-urls", startup, "router_worker_urls")
     add("--policy", s["policy"], "router_policy")

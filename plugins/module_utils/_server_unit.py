@@ -16,7 +16,7 @@ import datetime
 import json
 import re
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _files, _paths, _unit_spec
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _files, _secret_exec, _unit_spec
 
 HEADER = "# Managed by gpufleet.sglang (server_unit); local changes are overwritten."
 
@@ -102,10 +102,9 @@ def render_unit(p):
     # With an API key the unit starts through the collection's launcher, which appends
     # --api-key in-process from SGLANG_API_KEY (out of /proc/<pid>/cmdline) and redacts it
     # from the output (SGLang 0.5.9 logs its ServerArgs, key included, at every start).
-    launcher = ""
+    start = [p.get("python")]
     if _text(p.get("api_key")):
-        launcher = " %s --api-key=SGLANG_API_KEY --" % systemd_arg(
-            p.get("secret_exec") or _paths.SECRET_EXEC_PATH)
+        start = _secret_exec.prefix(p.get("python"), "SGLANG_API_KEY", p.get("secret_exec"))
     out = [
         HEADER,
         "# Strategy %s (tp %s, pp %s, ep %s, dp %s) on SGLang %s." % (
@@ -127,8 +126,8 @@ def render_unit(p):
         "EnvironmentFile=%s/%s.env" % (_text(p.get("config_dir")), _text(p.get("service_name"))),
         # The templates ended the line with " \" even without arguments, which joined
         # Restart= into ExecStart=; without arguments the line simply ends here.
-        "ExecStart=%s%s -m sglang.launch_server%s" % (systemd_arg(p.get("python")), launcher,
-                                                      " \\" if lines else ""),
+        "ExecStart=%s -m sglang.launch_server%s" % (" ".join(systemd_arg(a) for a in start),
+                                                    " \\" if lines else ""),
     ]
     for index, line in enumerate(lines):
         out.append("    %s%s" % (line, " \\" if index < len(lines) - 1 else ""))

@@ -213,6 +213,19 @@ def test_unknown_flag_rejected_like_argparse(tmp_path):
     assert rec["layout"]["ep_size"] == 8 and rec["release"] == "0.4.6.post5"
 
 
+def test_the_key_is_logged_as_the_real_server_does_and_never_recorded(tmp_path):
+    """0.5.9 logs its ServerArgs, key included, once the arguments are checked (the
+    collection's launcher redacts it); the emulator's own start record never holds it."""
+    res = run_cli(tmp_path, ["--model-path", "m", "--api-key", "sk-Q7yZ", "--admin-api-key", "ak-X2"],
+                  "0.5.9", SGLANG_EMULATOR_FAULT="crash-on-start")
+    assert res.returncode == 1
+    assert b"server_args=ServerArgs(" in res.stderr and b"api_key='sk-Q7yZ'" in res.stderr
+    text = (tmp_path / "state" / "starts.jsonl").read_text()
+    assert "sk-Q7yZ" not in text and "ak-X2" not in text
+    assert json.loads(text.splitlines()[-1])["argv"] == [
+        "--model-path", "m", "--api-key", "<redacted>", "--admin-api-key", "<redacted>"]
+
+
 def test_choice_ambiguity_and_required(tmp_path):
     res = run_cli(tmp_path, ["--model-path", "m", "--ep", "4"], "0.4.6.post5")
     assert res.returncode == 2

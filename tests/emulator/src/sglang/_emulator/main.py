@@ -13,7 +13,7 @@ from sglang._emulator import cli, layout as _layout, memory as _memory, rendezvo
 from sglang._emulator import server_args as _server_args
 from sglang._emulator.engine import Engine, StepModel
 from sglang._emulator.release import current_release, version_tuple
-from sglang._emulator.state import append_record, log
+from sglang._emulator.state import append_record, log, redacted_argv
 
 FAULTS = ("crash-during-load", "hang-during-load", "hang-during-capture", "hang-after-listen",
           "crash-on-start")
@@ -196,14 +196,6 @@ def _capture_line(release, when, avail, seconds=0.0):
             % (seconds, avail - 0.5))
 
 
-def _redacted(argv):
-    """The argv with the values of --api-key and --admin-api-key as ``<redacted>`` (the
-    emulator's own records are no place for a key)."""
-    argv = list(argv)
-    return ["<redacted>" if i and argv[i - 1] in ("--api-key", "--admin-api-key") else a
-            for i, a in enumerate(argv)]
-
-
 def _is_tp_rank0(prefix):
     """The scheduler's debug line comes from TP rank 0 only."""
     return prefix in ("TP0", "node0 TP0")
@@ -248,7 +240,7 @@ def main(argv):
     log("server_args=ServerArgs(%s)" % ", ".join(
         "%s=%r" % (key, args[key]) for key in sorted(args) if not key.startswith("_")))
     append_record("starts.jsonl", {
-        "time": time.time(), "pid": os.getpid(), "argv": _redacted(argv), "release": release,
+        "time": time.time(), "pid": os.getpid(), "argv": redacted_argv(argv), "release": release,
         "node_rank": lay["node_rank"], "layout": lay,
         "rates": {"single": rates[0], "ceiling": rates[1], "source": rates[2]},
         "fault": fault, "host": args.get("host"), "port": args.get("port"),

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 from sglang._emulator import engine as _engine
 from sglang._emulator.release import version_tuple
-from sglang._emulator.state import log
+from sglang._emulator.state import log, redacted_argv
 
 DEFAULT_MAX_NEW_TOKENS = 128
 ADMIN_OPTIONAL = frozenset(["/flush_cache"])
@@ -109,9 +109,7 @@ class State:
             "version": self.release,
             "frontend": "python",
             "startup_time": self.startup_time,
-            "launch_command": "python -m sglang.launch_server " + " ".join(
-                "<redacted>" if i and self.argv[i - 1] in ("--api-key", "--admin-api-key")
-                else a for i, a in enumerate(self.argv)),
+            "launch_command": "python -m sglang.launch_server " + " ".join(redacted_argv(self.argv)),
             "internal_states": [{
                 "avg_spec_accept_length": None,
                 "last_gen_throughput": round(self.engine.rate() * max(self.engine.active, 1), 2),

@@ -23,6 +23,15 @@ def log(msg, prefix=None):
             pass
 
 
+SECRET_FLAGS = ("--api-key", "--admin-api-key")
+
+
+def redacted_argv(argv):
+    """The argv with the values of --api-key and --admin-api-key as ``<redacted>``."""
+    argv = list(argv)
+    return ["<redacted>" if i and argv[i - 1] in SECRET_FLAGS else a for i, a in enumerate(argv)]
+
+
 def state_dir():
     """SGLANG_EMULATOR_STATE_DIR, else STATE_DIRECTORY (systemd), else the default.
 
