@@ -17,6 +17,7 @@ from ansible.utils.display import Display
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _waiter
 
 display = Display()
+STATUS_EVERY = 2.0  # seconds between looks at the job while waiting for records or the copy
 
 
 def finished(status):
@@ -30,12 +31,16 @@ class ActionModule(ActionBase):
 
     TRANSFERS_FILES = False
 
+    _async_dir = None
+
     def _status(self, jid, task_vars):
-        # what the async_status action adds before it calls its module
-        async_dir = self._remote_expand_user(
-            self.get_shell_option("async_dir", default="~/.ansible_async"))
+        # what the async_status action adds before it calls its module (the home directory
+        # is asked of the host once, not at every poll)
+        if self._async_dir is None:
+            self._async_dir = self._remote_expand_user(
+                self.get_shell_option("async_dir", default="~/.ansible_async"))
         return self._execute_module(module_name="ansible.builtin.async_status",
-                                    module_args={"jid": jid, "_async_dir": async_dir},
+                                    module_args={"jid": jid, "_async_dir": self._async_dir},
                                     task_vars=task_vars)
 
     def _progress(self, path, task_vars):
@@ -77,13 +82,22 @@ class ActionModule(ActionBase):
         total = int(args.get("published_total", 0))
         batch = float(args.get("published_batch", 1.0))
         host = task_vars.get("inventory_hostname")
-        seen = {"last_line": 0.0, "first_new": None}
+        seen = {"last_line": 0.0, "first_new": None, "last_status": None}
         lines = []
 
         def poll():
             """One look: ("ended", status) when the job ended, ("answer", result) when what
-            ``until`` waits for is there, None to look again."""
-            status = self._status(jid, task_vars)
+            ``until`` waits for is there, None to look again. Waiting for published records
+            or for the copy to be complete (the swarm's relay and stop, on its critical
+            path) looks at the job only every STATUS_EVERY seconds (to see it fail); at the
+            journal, or the progress file, at each poll."""
+            now = time.monotonic()
+            if until in ("published", "complete") and seen["last_status"] is not None \
+                    and now - seen["last_status"] < STATUS_EVERY:
+                status = {}
+            else:
+                status = self._status(jid, task_vars)
+                seen["last_status"] = now
             if finished(status):
                 if status.get("failed") or until == "finished":
                     return ("ended", status)
@@ -101,7 +115,9 @@ class ActionModule(ActionBase):
                     return ("answer", dict(result, changed=False, progress=lines,
                                            published=records[after:], count=len(records),
                                            session=session, all_published=len(records) >= total))
-            progress = self._progress(path, task_vars) if path else None
+            due = time.monotonic() - seen["last_line"] >= interval
+            progress = self._progress(path, task_vars) if path and (
+                due or until == "complete") else None
             if until == "complete" and progress and progress.get("session") == session \
                     and progress.get("complete"):
                 return ("answer", dict(result, changed=False, progress=lines + [progress.get("line")]))

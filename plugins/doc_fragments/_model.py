@@ -24,7 +24,7 @@ options:
     type: str
     required: true
   workers:
-    description: Files hashed (and, for M(gpufleet.sglang.model_fetch), downloaded) at the same time.
+    description: Files hashed (and, for M(gpufleet.sglang.model_fetch), byte ranges downloaded, one file after another) at the same time.
     type: int
     default: 4
 """

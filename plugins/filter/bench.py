@@ -10,7 +10,7 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils._bench import (
+from ansible_collections.gpufleet.sglang.plugins.module_utils._bench_tool import (
     BenchError,
     aiperf_argv,
     bench_serving_argv,

@@ -15,10 +15,8 @@ __metaclass__ = type  # pylint: disable=invalid-name
 
 import io
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils._bench import (
-    BenchError,
-    png_size,
-)
+from ansible_collections.gpufleet.sglang.plugins.module_utils._bench_report import png_size
+from ansible_collections.gpufleet.sglang.plugins.module_utils._bench_tool import BenchError
 
 
 def matplotlib_error():

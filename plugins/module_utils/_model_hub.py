@@ -186,46 +186,6 @@ def clean_partials(staging, keep):
     return removed
 
 
-def download(staging, repo_id, commit, missing, endpoint, token="", xet=False, workers=4,
-             on_file=None):
-    """Put ``missing`` manifest entries into ``staging``. Returns (resumed_from, removed).
-
-    ``resumed_from`` maps path -> bytes that were already there (continued with Range).
-    """
-    environment(endpoint, xet)
-    from huggingface_hub import errors, hf_hub_download, hf_hub_url
-    from huggingface_hub.file_download import http_get
-    from huggingface_hub.utils import build_hf_headers
-
-    resumable, removed = _resumable(staging, missing)
-    resumed_from = {}
-
-    def one(item):
-        target = os.path.join(staging, item["path"])
-        partial = resumable.get(item["path"])
-        if partial:
-            have = os.path.getsize(partial)
-            resumed_from[item["path"]] = have
-            url = hf_hub_url(repo_id, item["path"], revision=commit, endpoint=endpoint)
-            with open(partial, "ab") as handle:
-                http_get(url, handle, resume_size=have, expected_size=item["size"],
-                         headers=build_hf_headers(token=token or False))
-            os.makedirs(os.path.dirname(target) or staging, exist_ok=True)
-            os.replace(partial, target)
-        else:
-            hf_hub_download(repo_id, item["path"], revision=commit, local_dir=staging,
-                            endpoint=endpoint, token=token or False)
-        if on_file:
-            on_file(item)
-
-    try:
-        with ThreadPoolExecutor(max_workers=max(1, int(workers))) as pool:
-            list(pool.map(one, missing))
-    except (errors.HfHubHTTPError, errors.RepositoryNotFoundError) as error:
-        raise _refusal(error, repo_id, commit, endpoint, token)
-    return resumed_from, removed
-
-
 class Progress(object):
     """Writes files/bytes done, rate and ETA of a transfer into a JSON file every second.
 
@@ -295,18 +255,144 @@ class Progress(object):
         self.write_json(self.path, data)
 
 
+RANGE_MIN = 1 << 20
+RANGE_MAX = 32 << 20
+
+
+def range_bytes(size, workers):
+    """The size of one GET of a file: a power of two near a quarter of the file's share per
+    connection, between RANGE_MIN and RANGE_MAX. Small enough that the file grows on disk
+    as a prefix while ``workers`` connections fetch it (a kill leaves one to continue) and
+    that a range held in memory stays small; large enough that a 9 GB shard takes about
+    300 GETs, not thousands."""
+    target = size // (4 * max(1, int(workers)))
+    length = RANGE_MIN
+    while length < RANGE_MAX and length * 2 <= target:
+        length *= 2
+    return length
+
+
+def ranges(have, size, chunk):
+    """The (start, end) byte ranges (end inclusive) of what is left of a file of ``size``
+    bytes that holds ``have``: ``chunk`` bytes each, the last one shorter."""
+    return [(start, min(start + chunk, size) - 1) for start in range(have, size, chunk)]
+
+
+class OrderedFile(object):
+    """One file of an ordered download. Its ranges arrive at once; the bytes reach the file
+    and the hasher in order: the range that holds the file's next byte writes straight
+    through as its bytes come, the later ones wait in memory until it is whole. So the
+    partial file grows as a prefix (a killed run leaves one a later run continues, and the
+    progress shows the bytes as they come), and the hasher reads no byte back."""
+
+    def __init__(self, item, partial, target, have, hasher):
+        self.item = item
+        self.partial = partial
+        self.target = target
+        self.hasher = hasher
+        self.next = have
+        self.sinks = []
+        self.lock = threading.Lock()
+        self.handle = None
+
+    def sink(self, start, end):
+        sink = RangeSink(self, start, end)
+        self.sinks.append(sink)
+        return sink
+
+    def _write(self, data):
+        if self.handle is None:
+            self.handle = open(self.partial, "ab")
+        self.hasher.update(data)
+        self.handle.write(data)
+        self.next += len(data)
+
+    def feed(self, sink, data):
+        with self.lock:
+            if sink.start + sink.written == self.next and not sink.held:
+                self._write(data)
+                sink.written += len(data)
+            else:
+                sink.held.append(data)
+
+    def done(self, sink):
+        """A range is whole. Returns (ranges written out by now that were not before: the
+        caller frees that many slots, whether the file is whole)."""
+        with self.lock:
+            sink.complete = True
+            freed = 0
+            while self.sinks:
+                head = self.sinks[0]
+                if head.held and head.start + head.written == self.next:
+                    for data in head.held:  # its turn: out with what it held
+                        self._write(data)
+                        head.written += len(data)
+                    head.held = []  # and straight through from now on
+                if not (head.complete and head.written == head.size):
+                    break
+                self.sinks.pop(0)
+                freed += 1
+            return freed, not self.sinks
+
+    def close(self):
+        """Flush and close what was written (a file whose bytes were all there before, or
+        an empty one, was never opened: the partial file is created empty for it)."""
+        if self.handle is None:
+            self.handle = open(self.partial, "ab")
+        self.handle.flush()
+        os.fsync(self.handle.fileno())
+        self.handle.close()
+
+
+class RangeSink(object):
+    """What huggingface_hub's ``http_get`` writes one range into (a file object to it)."""
+
+    def __init__(self, owner, start, end):
+        self.owner = owner
+        self.start = start
+        self.size = end - start + 1
+        self.received = 0
+        self.written = 0
+        self.held = []
+        self.complete = False
+
+    def write(self, data):
+        self.owner.feed(self, data)
+        self.received += len(data)
+        return len(data)
+
+    def tell(self):
+        return self.received
+
+    def seek(self, *_args):
+        # http_get goes back only when a server answered a resumed range with the whole
+        # file (200 instead of 206): bytes written through cannot be taken back
+        raise ModelError("%s: the server ignored a byte range on a retry; run the step again"
+                         % self.owner.item["path"])
+
+    truncate = seek
+
+
 def download_hashing(staging, repo_id, commit, missing, endpoint, token="", xet=False,
-                     workers=4, on_file=None, stream_hash=None):
+                     workers=4, on_file=None, stream_hash=None, chunk=None):
     """Put ``missing`` manifest entries into ``staging``, hashing each file while it is
-    written (one HEAD and one GET per file, as ``hf_hub_download``): no second read.
+    written: no second read.
+
+    The files come one after another, in the manifest's order, each in ranges of ``chunk``
+    bytes (:func:`range_bytes` of its size unless given) fetched by ``workers`` connections
+    at once (one HEAD per file, one GET per range),
+    so the first file is whole and published (``on_file``) after its own bytes, not after
+    ``workers`` files' worth: a swarm's peers start on it while the rest downloads. A range
+    that arrives early waits in memory for the ones before it (at most ``2 * workers``
+    ranges are in flight or waiting), so the bytes reach the file and the hasher in order.
 
     ``stream_hash(algo, size)`` makes the hasher (``_swarm.StreamHash``: the manifest digest
     and the piece hashes from the same bytes). A partial file left by a killed run is
-    continued with a ``Range`` request after its bytes were fed to the hasher (the one read
-    of bytes a process that is gone wrote). A file whose digest differs from the manifest is
-    removed and raises. ``on_file(item, hasher_result)`` runs as each file is in place.
-    Returns (resumed_from, removed, hashed) where ``hashed`` maps path -> (digest, piece
-    length, pieces).
+    continued from its end after its bytes were fed to the hasher (the one read of bytes a
+    process that is gone wrote). A file whose digest differs from the manifest is removed
+    and raises. ``on_file(item, hasher_result)`` runs as each file is in place. Returns
+    (resumed_from, removed, hashed, gets) where ``hashed`` maps path -> (digest, piece
+    length, pieces) and ``gets`` path -> the ranges asked for (GETs, retries aside).
     """
     environment(endpoint, xet)
     from huggingface_hub import errors, hf_hub_url
@@ -317,12 +403,16 @@ def download_hashing(staging, repo_id, commit, missing, endpoint, token="", xet=
     resumable, removed = _resumable(staging, missing)
     resumed_from = {}
     hashed = {}
+    gets = {}
     lock = threading.Lock()
+    workers = max(1, int(workers))
+    slots = threading.Semaphore(2 * workers)
+    failed = []
     make = stream_hash or _swarm.StreamHash
+    headers = build_hf_headers(token=token or False)
 
-    def one(item):
-        target = os.path.join(staging, item["path"])
-        headers = build_hf_headers(token=token or False)
+    def opened(item):
+        """The file's state and its ranges (the metadata HEAD first, as hf_hub_download)."""
         url = hf_hub_url(repo_id, item["path"], revision=commit, endpoint=endpoint)
         meta = get_hf_file_metadata(url, token=token or False)
         hasher = make(item["algo"], item["size"])
@@ -330,41 +420,80 @@ def download_hashing(staging, repo_id, commit, missing, endpoint, token="", xet=
         have = 0
         if partial:
             have = _swarm.hash_existing(partial, hasher)
-            with lock:
-                resumed_from[item["path"]] = have
+            resumed_from[item["path"]] = have
         else:
             folder = os.path.join(staging, ".cache", "huggingface", "download",
                                   os.path.dirname(item["path"]))
             os.makedirs(folder, exist_ok=True)
             partial = os.path.join(folder, "%s.%s.%d.incomplete" % (
                 os.path.basename(item["path"]), item["digest"], os.getpid()))
-        with open(partial, "ab") as handle:
-            writer = _swarm.HashingWriter(handle, hasher)
-            if have < item["size"]:
-                http_get(meta.location or url, writer, resume_size=have,
-                         expected_size=item["size"], headers=headers)
-            handle.flush()
-            os.fsync(handle.fileno())
-        if writer.rewound:  # the client retried mid-file: hash what is on disk, once
-            hasher = make(item["algo"], item["size"])
-            _swarm.hash_existing(partial, hasher)
+        state = OrderedFile(item, partial, os.path.join(staging, item["path"]), have, hasher)
+        # every range's sink exists before the first is fetched: the file is whole when
+        # none is left
+        parts = ranges(have, item["size"], chunk or range_bytes(item["size"], workers))
+        gets[item["path"]] = len(parts)
+        return state, meta.location or url, [state.sink(start, end) for start, end in parts]
+
+    def finish(state):
+        state.close()
+        item, hasher = state.item, state.hasher
         digest, pieces = hasher.finish()
         if hasher.count != item["size"] or digest != item["digest"]:
-            os.unlink(partial)
+            os.unlink(state.partial)
             raise ModelError("%s from %s: %d bytes, %s %s; the manifest says %d bytes, %s "
                              "(removed; the next run fetches it again)"
                              % (item["path"], endpoint, hasher.count, item["algo"], digest,
                                 item["size"], item["digest"]))
-        os.makedirs(os.path.dirname(target) or staging, exist_ok=True)
-        os.replace(partial, target)
+        os.makedirs(os.path.dirname(state.target) or staging, exist_ok=True)
+        os.replace(state.partial, state.target)
         with lock:
             hashed[item["path"]] = (digest, hasher.plen, pieces)
         if on_file:
             on_file(item, hashed[item["path"]])
 
+    def fetch(job):
+        state, url, sink = job
+        try:
+            if failed:
+                return
+            http_get(url, sink, headers=dict(headers, Range="bytes=%d-%d" % (
+                sink.start, sink.start + sink.size - 1)), expected_size=sink.size)
+            freed, whole = state.done(sink)
+            for _i in range(freed):
+                slots.release()
+            if whole:
+                finish(state)
+        except BaseException:
+            failed.append(True)
+            slots.release()
+            raise
+
+    def jobs():
+        """Every range of every file, in order; a slot is taken before each is handed out."""
+        for item in missing:
+            if failed:
+                return
+            state, url, sinks = opened(item)
+            states.append(state)
+            if not sinks:  # a partial file that holds every byte already, or an empty file
+                finish(state)
+                continue
+            for sink in sinks:
+                slots.acquire()
+                if failed:
+                    return
+                yield state, url, sink
+
+    states = []
     try:
-        with ThreadPoolExecutor(max_workers=max(1, int(workers))) as pool:
-            list(pool.map(one, missing))
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            futures = [pool.submit(fetch, job) for job in jobs()]
+            for future in futures:
+                future.result()
     except (errors.HfHubHTTPError, errors.RepositoryNotFoundError) as error:
         raise _refusal(error, repo_id, commit, endpoint, token)
-    return resumed_from, removed, hashed
+    finally:
+        for state in states:  # a failed run leaves each partial file a prefix, closed
+            if state.handle is not None and not state.handle.closed:
+                state.handle.close()
+    return resumed_from, removed, hashed, gets

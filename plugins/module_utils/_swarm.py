@@ -41,6 +41,7 @@ PIECE_MAX = 16 * 1024 * 1024
 PIECES_TARGET = 1024
 PIECES = ".gpufleet-pieces.json"
 SYSTEM_PATHS = ("/usr/lib/python3/dist-packages",)
+RECONNECT_S = 0.25  # seconds between reconnects of an unfinished torrent to the site's hosts
 
 
 class SwarmError(Exception):
@@ -98,41 +99,6 @@ class StreamHash(object):
             self.piece = hashlib.sha1()
             self.in_piece = 0
         return self.digest.hexdigest(), b"".join(self.pieces)
-
-
-class HashingWriter(object):
-    """A binary file object that hashes what it writes (huggingface_hub's ``http_get``
-    writes the download into it)."""
-
-    def __init__(self, handle, hasher):
-        self.handle = handle
-        self.hasher = hasher
-        self.rewound = False
-
-    def write(self, data):
-        if not self.rewound:
-            self.hasher.update(data)
-        return self.handle.write(data)
-
-    def tell(self):
-        return self.handle.tell()
-
-    def seek(self, *args):
-        # the client went back (a retry): the stream no longer matches what was hashed;
-        # the caller hashes the file from disk once instead
-        self.rewound = True
-        return self.handle.seek(*args)
-
-    def truncate(self, *args):
-        self.rewound = True
-        return self.handle.truncate(*args)
-
-    def flush(self):
-        return self.handle.flush()
-
-    @property
-    def name(self):
-        return self.handle.name
 
 
 def hash_existing(path, hasher, chunk=8 * 1024 * 1024):
@@ -355,11 +321,12 @@ class Swarm(object):
                 pass
 
     def tick(self, now=None):
-        """Reconnect unfinished torrents to the site's hosts every second (a host that had
-        not added the file yet refused the first connection)."""
+        """Reconnect unfinished torrents to the site's hosts every RECONNECT_S (a host that
+        had not added the file yet refused the first connection; each file is a torrent of
+        its own, so a file's connections wait for this after the controller hands it out)."""
         self._start_checked()
         now = time.time() if now is None else now
-        if now - self.last_connect < 1.0:
+        if now - self.last_connect < RECONNECT_S:
             return
         self.last_connect = now
         for path, handle in self.handles.items():

@@ -142,10 +142,11 @@ class Step(object):
 
         def run():
             try:
-                resumed, cleaned, _hashed = _model_hub.download_hashing(
+                resumed, cleaned, _hashed, gets = _model_hub.download_hashing(
                     self.base, p["repo_id"], p["commit"], missing, p["endpoint"], p["token"],
                     p["xet"], p["workers"], on_file=on_file)
                 self.result["resumed_from"] = resumed
+                self.result["hub_gets"] = sum(gets.values())
                 self.result["removed"].extend(cleaned)
                 self.result["bytes_read_to_hash"] += sum(resumed.values())
                 self.result["bytes_transferred"] = sum(

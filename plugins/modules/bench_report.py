@@ -118,8 +118,8 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _files
-from ansible_collections.gpufleet.sglang.plugins.module_utils._bench import (
-    BenchError,
+from ansible_collections.gpufleet.sglang.plugins.module_utils._bench_tool import BenchError
+from ansible_collections.gpufleet.sglang.plugins.module_utils._bench_report import (
     render_json,
     render_markdown,
     summarize,

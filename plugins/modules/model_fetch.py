@@ -141,6 +141,12 @@ resumed_from:
   description: Files continued from a partial copy, with the bytes that were already there.
   type: dict
   returned: always
+hub_gets:
+  description:
+    - The byte ranges asked of the Hub (one GET each, retries of a cut one aside); each file
+      comes in ranges, one file after another, so a swarm's peers start on it early.
+  type: int
+  returned: always
 bytes_hashed:
   description: Bytes hashed in this run (while written, piece by piece as they arrived, or read back).
   type: int
@@ -317,7 +323,7 @@ def main():
     p = module.params
     started = time.time()
     result = dict(changed=False, needed_bytes=0, free_bytes=0, bytes_transferred=0, bytes_redundant=0,
-                  resumed_from={}, bytes_hashed=0, bytes_read_to_hash=0, bytes_served=0,
+                  resumed_from={}, hub_gets=0, bytes_hashed=0, bytes_read_to_hash=0, bytes_served=0,
                   transferred=[], removed=[], elapsed=0.0, engine="")
     if p["source"] == "peer" and not p["peer"] and not p["swarm"]:
         module.fail_json(msg="source is peer: peer (an rsync URL) or swarm is required", **result)
@@ -369,10 +375,11 @@ def main():
     against = {}
     try:
         if missing and p["source"] == "hub":
-            resumed, cleaned, hashed = _model_hub.download_hashing(
+            resumed, cleaned, hashed, gets = _model_hub.download_hashing(
                 staging, p["repo_id"], p["commit"], missing, p["endpoint"], p["token"],
                 p["xet"], p["workers"])
             result["resumed_from"] = resumed
+            result["hub_gets"] = sum(gets.values())
             result["removed"].extend(cleaned)
             result["bytes_transferred"] = sum(item["size"] - resumed.get(item["path"], 0)
                                               for item in missing)

@@ -16,6 +16,7 @@ requests in flight always finish. Standard library only (it runs on the controll
 """
 
 import argparse
+import hashlib
 import http.client
 import itertools
 import json
@@ -27,6 +28,25 @@ from urllib.parse import urlsplit
 
 ROUTES = (("/generate", False), ("/generate", True),
           ("/v1/chat/completions", False), ("/v1/chat/completions", True))
+STREAM_ROUTES = tuple(r for r in ROUTES if r[1])
+
+
+def _block_orders(n):
+    return list(itertools.permutations(range(n)))
+
+
+def route_of(seq, routes=ROUTES):
+    """The route of request ``seq``. Each block of len(routes) requests takes every route
+    once (so the mix stays even), in an order drawn from a hash of the block's number.
+    A plain cycle (seq % 4) phase-locks with a round_robin router: over 4 workers, each
+    worker gets one route only (seen: the tune's control killed a server that had only
+    plain requests, which the router retried, and lost nothing). With a drawn order, a
+    worker that takes every k-th request sees every route, whatever k; deterministic."""
+    n = len(routes)
+    orders = _block_orders(n)
+    block, pos = divmod(seq, n)
+    draw = int.from_bytes(hashlib.sha256(b"%d" % block).digest()[:4], "big")
+    return routes[orders[draw % len(orders)][pos]]
 
 
 def request_body(route, stream, max_tokens, model, seq):
@@ -135,8 +155,9 @@ def summarize(records, wall_s):
 
 
 def run(base, requests, concurrency, max_tokens=16, model="default", timeout=120,
-        until_file=None, max_requests=None, api_key=None):
+        until_file=None, max_requests=None, api_key=None, streams_only=False):
     """Run the load; returns {"summary": ..., "records": [...]}."""
+    routes = STREAM_ROUTES if streams_only else ROUTES
     max_requests = max(max_requests or requests, requests)
     headers = {"Authorization": "Bearer " + api_key} if api_key else {}
     counter = itertools.count()
@@ -156,7 +177,7 @@ def run(base, requests, concurrency, max_tokens=16, model="default", timeout=120
             seq = next(counter)
             if not keep_going(seq):
                 return
-            route, stream = ROUTES[seq % len(ROUTES)]
+            route, stream = route_of(seq, routes)
             started = time.monotonic() - t_start
             rec = one_request(base, route, stream,
                               request_body(route, stream, max_tokens, model, seq),
@@ -187,13 +208,17 @@ def main(argv=None):
     ap.add_argument("--until-file", help="keep sending while this file does not exist")
     ap.add_argument("--max-requests", type=int, help="hard cap with --until-file")
     ap.add_argument("--api-key-env", help="environment variable holding the API key")
+    ap.add_argument("--streams-only", action="store_true",
+                    help="streaming routes only: a router retries a plain request whose "
+                         "worker dies, but cannot retry a stream that has begun")
     ap.add_argument("--out", required=True, help="JSON file to write")
     args = ap.parse_args(argv)
     if args.requests < 1 or args.concurrency < 1:
         ap.error("--requests and --concurrency must be at least 1")
     result = run(args.url.rstrip("/"), args.requests, args.concurrency, args.max_tokens,
                  args.model, args.timeout, args.until_file, args.max_requests,
-                 os.environ.get(args.api_key_env) if args.api_key_env else None)
+                 os.environ.get(args.api_key_env) if args.api_key_env else None,
+                 args.streams_only)
     tmp = args.out + ".tmp"
     with open(tmp, "w", encoding="utf-8") as fh:
         json.dump(result, fh, indent=1)

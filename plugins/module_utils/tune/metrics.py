@@ -6,7 +6,7 @@
 # without notice; do not use it from outside the collection.
 """Metrics of a trial per concurrency, the SLO test and the goodput (docs/tune.md).
 
-Input: the collection's benchmark results (``_bench.RESULT_FIELDS``, one per concurrency);
+Input: the collection's benchmark results (``_bench_tool.RESULT_FIELDS``, one per concurrency);
 nothing here parses a tool's output a second time.
 """
 
@@ -15,7 +15,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type  # pylint: disable=invalid-name
 
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _bench
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _bench_tool
 
 SLO_KEYS = ("ttft_p99_ms", "tpot_p99_ms")
 
@@ -25,7 +25,7 @@ class SloError(ValueError):
 
 
 # the bench parser's one reading of a number (None for missing or non-finite)
-_num = _bench._num  # pylint: disable=protected-access
+_num = _bench_tool.num  # pylint: disable=protected-access
 
 
 def check_slo(slo):

@@ -7,20 +7,27 @@ import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import pytest
+
 from test_emulator import ROOT, emus  # noqa: F401  pylint: disable=unused-import
 
 sys.path.insert(0, os.path.join(ROOT, "tests", "loadgen"))
 import loadgen  # noqa: E402  pylint: disable=wrong-import-position
 
 
-def test_all_complete_against_the_emulator(emus, tmp_path):  # noqa: F811
+def load_the_emulator(emus, tmp_path, *extra):  # noqa: F811
+    """loadgen's command line against a fresh emulator; returns its JSON document."""
     e = emus(["--model-path", "m", "--served-model-name", "kimi"], "0.5.23")
     e.wait_ready()
     out = tmp_path / "load.json"
-    assert loadgen.main(["--url", "http://127.0.0.1:%d" % e.port, "--requests", "24",
-                         "--concurrency", "4", "--max-tokens", "5", "--model", "kimi",
-                         "--out", str(out)]) == 0
-    doc = json.loads(out.read_text())
+    assert loadgen.main(["--url", "http://127.0.0.1:%d" % e.port, "--model", "kimi",
+                         "--out", str(out)] + list(extra)) == 0
+    return json.loads(out.read_text())
+
+
+def test_all_complete_against_the_emulator(emus, tmp_path):  # noqa: F811
+    doc = load_the_emulator(emus, tmp_path, "--requests", "24", "--concurrency", "4",
+                            "--max-tokens", "5")
     s = doc["summary"]
     assert (s["requests"], s["ok"], s["failed"], s["truncated"], s["lost"]) == (24, 24, 0, 0, 0)
     assert s["by_route"] == {"/generate plain": 6, "/generate stream": 6,
@@ -32,6 +39,34 @@ def test_all_complete_against_the_emulator(emus, tmp_path):  # noqa: F811
     assert all(r["latency_s"] > 0 for r in doc["records"])
 
 
+@pytest.mark.parametrize("workers", [2, 3, 4, 5, 8])
+@pytest.mark.parametrize("routes", [loadgen.ROUTES, loadgen.STREAM_ROUTES])
+def test_every_round_robin_worker_sees_every_route(workers, routes):
+    seen = {w: {loadgen.route_of(seq, routes) for seq in range(w, 400, workers)}
+            for w in range(workers)}
+    assert all(s == set(routes) for s in seen.values()), seen
+
+
+def test_a_plain_cycle_would_give_a_round_robin_worker_one_route():
+    """The control of the test above: the cycle the load used before (seq % 4) gives each
+    of 4 round_robin workers a single route."""
+    seen = {w: {loadgen.ROUTES[seq % 4] for seq in range(w, 400, 4)} for w in range(4)}
+    assert all(len(s) == 1 for s in seen.values())
+
+
+def test_each_block_takes_every_route_once():
+    for block in range(50):
+        assert sorted(loadgen.route_of(block * 4 + i) for i in range(4)) == sorted(
+            loadgen.ROUTES)
+
+
+def test_streams_only_against_the_emulator(emus, tmp_path):  # noqa: F811
+    s = load_the_emulator(emus, tmp_path, "--requests", "8", "--concurrency", "2",
+                          "--max-tokens", "3", "--streams-only")["summary"]
+    assert (s["requests"], s["ok"], s["lost"]) == (8, 8, 0)
+    assert s["by_route"] == {"/generate stream": 4, "/v1/chat/completions stream": 4}
+
+
 def _chunk(path, finish):
     if path == "/generate":
         return {"text": "a", "meta_info": {"finish_reason": finish}}
@@ -39,11 +74,11 @@ def _chunk(path, finish):
 
 
 class Faulty(BaseHTTPRequestHandler):
-    """Request n (one client thread, so n is the sequence number): n % 4 == 0 -> 502;
-    == 1 -> a stream cut mid-answer; == 2 -> a plain answer without a finish reason;
-    == 3 -> a complete stream. Bodies are shaped for the route asked."""
+    """Plain requests, in the order they come: a 502, then an answer without a finish
+    reason, and so on; streams: one cut mid-answer (no finish reason, no [DONE]), then a
+    complete one, and so on. Bodies are shaped for the route asked."""
     protocol_version = "HTTP/1.1"
-    count = 0
+    count = {False: 0, True: 0}
 
     def log_message(self, *args):  # pylint: disable=arguments-differ
         pass
@@ -56,12 +91,13 @@ class Faulty(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def do_POST(self):  # pylint: disable=invalid-name
-        self.rfile.read(int(self.headers["Content-Length"]))
-        n = Faulty.count
-        Faulty.count += 1
-        if n % 4 == 0:
-            return self._body(502, {"error": "bad gateway"})
-        if n % 4 == 2:
+        stream = bool(json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                      .get("stream"))
+        n = Faulty.count[stream]
+        Faulty.count[stream] += 1
+        if not stream:
+            if n % 2 == 0:
+                return self._body(502, {"error": "bad gateway"})
             return self._body(200, _chunk(self.path, None))
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
@@ -69,27 +105,29 @@ class Faulty(BaseHTTPRequestHandler):
         self.end_headers()
         self.close_connection = True
         self.wfile.write(b"data: " + json.dumps(_chunk(self.path, None)).encode() + b"\n\n")
-        if n % 4 == 3:
+        if n % 2 == 1:
             self.wfile.write(b"data: " + json.dumps(_chunk(self.path, "length")).encode()
                              + b"\n\ndata: [DONE]\n\n")
-        return None  # n % 4 == 1: cut, no finish reason and no [DONE]
+        return None  # n % 2 == 0: cut, no finish reason and no [DONE]
 
 
 def test_failures_and_truncations_are_recorded():
     srv = ThreadingHTTPServer(("127.0.0.1", 0), Faulty)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
-        Faulty.count = 0
+        Faulty.count = {False: 0, True: 0}
         res = loadgen.run("http://127.0.0.1:%d" % srv.server_address[1], 8, 1)
     finally:
         srv.shutdown()
     s = res["summary"]
     assert (s["requests"], s["ok"], s["failed"], s["truncated"], s["lost"]) == (8, 2, 2, 4, 6)
-    by_seq = {r["seq"] % 4: r for r in res["records"]}
-    assert by_seq[0]["status"] == 502 and "HTTP 502" in by_seq[0]["error"]
-    assert by_seq[1]["truncated"] and "[DONE]" in by_seq[1]["error"]
-    assert by_seq[2]["truncated"] and "finish reason" in by_seq[2]["error"]
-    assert by_seq[3]["complete"] and by_seq[3]["chunks"] == 2
+    plain = [r for r in res["records"] if not r["stream"]]
+    streams = [r for r in res["records"] if r["stream"]]
+    assert [r["status"] for r in plain] == [502, 200, 502, 200]
+    assert all("HTTP 502" in r["error"] for r in plain[0::2])
+    assert all(r["truncated"] and "finish reason" in r["error"] for r in plain[1::2])
+    assert all(r["truncated"] and "[DONE]" in r["error"] for r in streams[0::2])
+    assert all(r["complete"] and r["chunks"] == 2 for r in streams[1::2])
 
 
 def test_until_file_extends_a_bounded_run(emus, tmp_path):  # noqa: F811

@@ -126,7 +126,7 @@ def test_holders_repair_a_truncated_shard_with_no_hub_byte(hub, tmp_path):
     for base in bases:
         os.makedirs(base)
     # place a verified copy on hosts 0 and 1 the way a seed does (hashing while writing)
-    _resumed, _removed, hashed = _model_hub.download_hashing(
+    _resumed, _removed, hashed, _gets = _model_hub.download_hashing(
         bases[0], REPO_ID, commit, manifest, hub.endpoint)
     records = dict((e["path"], _swarm.record(e, *hashed[e["path"]], host="h0")) for e in manifest
                    if e["size"] > 0)

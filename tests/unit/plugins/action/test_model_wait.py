@@ -12,3 +12,77 @@ from ansible_collections.gpufleet.sglang.plugins.action.model_wait import finish
 ])
 def test_finished(status, done):
     assert finished(status) is done
+
+
+class _Task(object):
+    def __init__(self, args):
+        self.args = args
+        self.async_val = 0
+        self.action = "gpufleet.sglang.model_wait"
+        self.check_mode = False
+        self.diff = False
+
+    def get_validated_value(self, *args):  # pylint: disable=unused-argument
+        return None
+
+
+def _action(args, script):
+    """The action with its host calls replaced: ``script`` says what the journal holds at
+    each look; every call is counted."""
+    from ansible_collections.gpufleet.sglang.plugins.action import model_wait
+    from unittest import mock
+
+    action = model_wait.ActionModule(_Task(args), mock.MagicMock(), mock.MagicMock(),
+                                     mock.MagicMock(), mock.MagicMock(), mock.MagicMock())
+    calls = {"status": 0, "published": 0, "progress": 0}
+
+    def status(_jid, _vars):
+        calls["status"] += 1
+        return {"finished": 0, "started": 1}
+
+    def published(_path, _session, _vars):
+        calls["published"] += 1
+        return script[min(calls["published"], len(script)) - 1]
+
+    def progress(_path, _vars):
+        calls["progress"] += 1
+        return {"session": "s", "line": "x", "complete": False}
+
+    action._status, action._published, action._progress = status, published, progress
+    action._async_dir = "/root/.ansible_async"
+    return action, calls
+
+
+def test_the_relay_looks_at_the_journal_and_seldom_at_the_job(monkeypatch):
+    """Waiting for the feeder's records (on the swarm's critical path), a poll is one look
+    at the journal: the job every STATUS_EVERY seconds, the progress when a line is due."""
+    from ansible_collections.gpufleet.sglang.plugins.action import model_wait
+    monkeypatch.setattr(model_wait.ActionBase, "run", lambda self, tmp=None, task_vars=None: {})
+    script = [[]] * 6 + [[{"path": "a"}, {"path": "b"}]]
+    action, calls = _action({"jid": "1", "progress_path": "/p", "interval": 30, "until": "published",
+                             "published_path": "/j", "published_total": 2, "session": "s"}, script)
+    res = action.run(task_vars={"inventory_hostname": "h"})
+    assert res["published"] == [{"path": "a"}, {"path": "b"}] and res["all_published"]
+    assert calls["published"] == 7
+    assert calls["status"] <= 2 and calls["progress"] <= 1, calls
+
+
+def test_waiting_for_a_complete_copy_reads_the_progress_and_seldom_the_job(monkeypatch):
+    from ansible_collections.gpufleet.sglang.plugins.action import model_wait
+    monkeypatch.setattr(model_wait.ActionBase, "run", lambda self, tmp=None, task_vars=None: {})
+    action, calls = _action({"jid": "1", "progress_path": "/p", "interval": 30, "until": "complete",
+                             "session": "s", "timeout": 1.0}, [[]])
+    res = action.run(task_vars={"inventory_hostname": "h"})
+    assert res["failed"]  # never complete: the timeout
+    assert calls["progress"] >= 3 and calls["status"] == 1 and calls["published"] == 0, calls
+
+
+def test_waiting_for_the_end_looks_at_the_job_every_time(monkeypatch):
+    """The control: until=finished is the job's end, so every poll reads the job."""
+    from ansible_collections.gpufleet.sglang.plugins.action import model_wait
+    monkeypatch.setattr(model_wait.ActionBase, "run", lambda self, tmp=None, task_vars=None: {})
+    action, calls = _action({"jid": "1", "progress_path": "/p", "interval": 0.1, "until": "finished",
+                             "session": "s", "timeout": 1.0}, [[]])
+    res = action.run(task_vars={"inventory_hostname": "h"})
+    assert res["failed"]
+    assert calls["status"] >= 3 and calls["published"] == 0, calls

@@ -19,8 +19,9 @@ import os
 
 import pytest
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _bench
-from ansible_collections.gpufleet.sglang.plugins.module_utils._bench import BenchError
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _bench_report
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _bench_tool
+from ansible_collections.gpufleet.sglang.plugins.module_utils._bench_tool import BenchError
 from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_help import parse_help
 from ansible_collections.gpufleet.sglang.tests.paths import FIXTURES as _FIXTURES
 
@@ -102,7 +103,7 @@ def test_bench_serving_argv_parses_with_the_real_cli(bench_parser, bench_help_fl
     kwargs = dict(params)
     if checked:
         kwargs["available_flags"] = bench_help_flags
-    argv = _bench.bench_serving_argv("/opt/sglang/0.5.23/bin/python", "0.5.23",
+    argv = _bench_tool.bench_serving_argv("/opt/sglang/0.5.23/bin/python", "0.5.23",
                                      "http://127.0.0.1:30000/", "/models/kimi-k2.5",
                                      output_file="/var/tmp/b/x.jsonl", **kwargs)
     assert argv[:3] == ["/opt/sglang/0.5.23/bin/python", "-m", "sglang.benchmark.serving"]
@@ -129,7 +130,7 @@ def test_bench_serving_argv_parses_with_the_real_cli(bench_parser, bench_help_fl
 def test_bench_serving_argv_drops_optional_flags_an_older_release_lacks(bench_parser, bench_help_flags):
     older = dict((k, v) for k, v in bench_help_flags.items()
                  if k not in ("--warmup-requests", "--ready-check-timeout-sec"))
-    argv = _bench.bench_serving_argv("py", "0.4.6.post5", "http://h:1", "/m", 4, 16, 8, 8, "/o",
+    argv = _bench_tool.bench_serving_argv("py", "0.4.6.post5", "http://h:1", "/m", 4, 16, 8, 8, "/o",
                                      ready_timeout=60, available_flags=older)
     assert argv[2] == "sglang.bench_serving"
     assert "--warmup-requests" not in argv and "--ready-check-timeout-sec" not in argv
@@ -140,7 +141,7 @@ def test_bench_serving_argv_drops_optional_flags_an_older_release_lacks(bench_pa
 def test_bench_serving_argv_refuses_a_required_flag_the_release_lacks(bench_help_flags):
     older = dict((k, v) for k, v in bench_help_flags.items() if k != "--random-range-ratio")
     with pytest.raises(BenchError, match="--random-range-ratio"):
-        _bench.bench_serving_argv("py", "0.5.9", "http://h:1", "/m", 4, 16, 8, 8, "/o",
+        _bench_tool.bench_serving_argv("py", "0.5.9", "http://h:1", "/m", 4, 16, 8, 8, "/o",
                                   available_flags=older)
 
 
@@ -149,7 +150,7 @@ def test_bench_serving_argv_refuses_bad_numbers(bad):
     kwargs = dict(concurrency=1, num_prompts=1, input_len=1, output_len=1)
     kwargs.update(bad)
     with pytest.raises(BenchError):
-        _bench.bench_serving_argv("py", "0.5.23", "http://h:1", "/m", output_file="/o", **kwargs)
+        _bench_tool.bench_serving_argv("py", "0.5.23", "http://h:1", "/m", output_file="/o", **kwargs)
 
 
 @pytest.mark.parametrize("release,module", [
@@ -161,17 +162,17 @@ def test_bench_serving_argv_refuses_bad_numbers(bad):
     ("0.6.0", "sglang.benchmark.serving"),
 ])
 def test_bench_serving_module_by_release(release, module):
-    assert _bench.bench_serving_module(release) == module
+    assert _bench_tool.bench_serving_module(release) == module
 
 
 @pytest.mark.parametrize("release", ["latest", "", None])
 def test_bench_serving_module_refuses_unreadable_release(release):
     with pytest.raises(BenchError, match="cannot read an SGLang version from"):
-        _bench.bench_serving_module(release)
+        _bench_tool.bench_serving_module(release)
 
 
 def test_aiperf_argv():
-    argv = _bench.aiperf_argv("/v/bin/aiperf", "http://h:30000/", "kimi", "/tok", 16, 64, 128, 64,
+    argv = _bench_tool.aiperf_argv("/v/bin/aiperf", "http://h:30000/", "kimi", "/tok", 16, 64, 128, 64,
                               "/r/a", seed=3, warmup_requests=2, workers_max=4)
     assert argv[:2] == ["/v/bin/aiperf", "profile"]
     pairs = dict((argv[i], argv[i + 1]) for i in range(2, len(argv) - 1) if argv[i].startswith("--"))
@@ -183,7 +184,7 @@ def test_aiperf_argv():
     assert pairs["--extra-inputs"] == "ignore_eos:true"
     for flag in ("--streaming", "--use-server-token-count", "--use-legacy-max-tokens"):
         assert flag in argv
-    chat = _bench.aiperf_argv("a", "u", "m", "t", 1, 1, 1, 1, "d", endpoint_type="chat", warmup_requests=0)
+    chat = _bench_tool.aiperf_argv("a", "u", "m", "t", 1, 1, 1, 1, "d", endpoint_type="chat", warmup_requests=0)
     assert "--use-legacy-max-tokens" not in chat and "--warmup-request-count" not in chat
 
 
@@ -237,8 +238,8 @@ def test_bench_line_really_has_bare_infinity():
 
 @pytest.mark.parametrize("keys", [KEYS_0_5_23, KEYS_0_4_6], ids=["0.5.23", "0.4.6.post5"])
 def test_parse_bench_serving_per_release(keys):
-    res = _bench.parse_bench_serving(bench_line(keys) + "\n", strategy="ep8")
-    assert set(res) == set(_bench.RESULT_FIELDS)
+    res = _bench_tool.parse_bench_serving(bench_line(keys) + "\n", strategy="ep8")
+    assert set(res) == set(_bench_tool.RESULT_FIELDS)
     assert res["tool"] == "bench_serving" and res["strategy"] == "ep8"
     assert res["concurrency"] == 16 and res["num_prompts"] == 64 and res["completed"] == 64
     assert res["input_len"] == 1024 and res["output_len"] == 256
@@ -254,24 +255,24 @@ def test_parse_bench_serving_reads_the_last_appended_run():
         bench_line(KEYS_0_5_23, output_throughput=200.0, max_concurrency=4),
         bench_line(KEYS_0_5_23, output_throughput=300.0, max_concurrency=16, mean_ttft_ms=float("nan")),
     ]) + "\n\n"
-    res = _bench.parse_bench_serving(text)
+    res = _bench_tool.parse_bench_serving(text)
     assert res["output_tok_s"] == 300.0 and res["concurrency"] == 16
     assert res["mean_ttft_ms"] is None  # NaN -> None
     # parameters given by the caller win over the file
-    assert _bench.parse_bench_serving(text, concurrency=32, num_prompts=99)["concurrency"] == 32
+    assert _bench_tool.parse_bench_serving(text, concurrency=32, num_prompts=99)["concurrency"] == 32
 
 
 def test_parse_bench_serving_errors():
     with pytest.raises(BenchError, match="empty"):
-        _bench.parse_bench_serving("\n \n")
+        _bench_tool.parse_bench_serving("\n \n")
     with pytest.raises(BenchError, match="line 2"):
-        _bench.parse_bench_serving(bench_line(KEYS_0_5_23) + "\n{\"truncated\": ")
+        _bench_tool.parse_bench_serving(bench_line(KEYS_0_5_23) + "\n{\"truncated\": ")
     broken = json.loads(bench_line(KEYS_0_5_23))
     del broken["output_throughput"]
     with pytest.raises(BenchError, match="output_throughput"):
-        _bench.parse_bench_serving(json.dumps(broken))
+        _bench_tool.parse_bench_serving(json.dumps(broken))
     with pytest.raises(BenchError):
-        _bench.parse_bench_serving("[1, 2]")
+        _bench_tool.parse_bench_serving("[1, 2]")
 
 
 # ----------------------------------------------------------------------------- aiperf
@@ -288,8 +289,8 @@ def load_aiperf(name):
 def test_parse_aiperf_real_export(name, conc, requests):
     text = load_aiperf(name)
     raw = json.loads(text)
-    res = _bench.parse_aiperf(text, strategy="ep8")
-    assert set(res) == set(_bench.RESULT_FIELDS)
+    res = _bench_tool.parse_aiperf(text, strategy="ep8")
+    assert set(res) == set(_bench_tool.RESULT_FIELDS)
     assert res["tool"] == "aiperf"
     assert res["concurrency"] == conc and res["num_prompts"] == requests
     assert res["completed"] == requests
@@ -311,19 +312,19 @@ def test_parse_aiperf_records_layout_and_errors():
     raw = json.loads(load_aiperf("aiperf-0.13.0-emulator-ep8-c4.json"))
     config = raw.pop("input_config")
     wrapped = {"records": raw, "input_config": config}
-    assert _bench.parse_aiperf(wrapped) == _bench.parse_aiperf(load_aiperf("aiperf-0.13.0-emulator-ep8-c4.json"))
+    assert _bench_tool.parse_aiperf(wrapped) == _bench_tool.parse_aiperf(load_aiperf("aiperf-0.13.0-emulator-ep8-c4.json"))
     with pytest.raises(BenchError, match="not JSON"):
-        _bench.parse_aiperf("{")
+        _bench_tool.parse_aiperf("{")
     with pytest.raises(BenchError, match="no throughput"):
-        _bench.parse_aiperf({"error_summary": [{"code": 500}]})
+        _bench_tool.parse_aiperf({"error_summary": [{"code": 500}]})
     with pytest.raises(BenchError, match="unknown benchmark tool"):
-        _bench.parse_result("{}", "locust")
+        _bench_tool.parse_result("{}", "locust")
 
 
 # ------------------------------------------------------------------- picker and report
 
 def run(strategy, conc, tok, single=None, ttft=100.0, itl=10.0):
-    res = _bench.empty_result("aiperf", strategy, conc)
+    res = _bench_tool.empty_result("aiperf", strategy, conc)
     res.update(output_tok_s=tok, request_tok_s=single, mean_ttft_ms=ttft, mean_itl_ms=itl,
                num_prompts=conc * 4)
     return res
@@ -338,7 +339,7 @@ RUNS = sweep("tp8", 26, 700) + sweep("pp8", 30, 900) + sweep("ep8", 65, 1531) + 
 
 
 def test_pick_throughput_and_latency():
-    rep = _bench.summarize(RUNS, objective="throughput")
+    rep = _bench_report.summarize(RUNS, objective="throughput")
     assert rep["winner"] == "ep8"
     rows = dict((r["strategy"], r) for r in rep["strategies"])
     assert rows["ep8"]["peak_tok_s"] == 1531 and rows["ep8"]["peak_concurrency"] == 64
@@ -346,40 +347,40 @@ def test_pick_throughput_and_latency():
     assert rep["concurrencies"] == [1, 16, 64]
     # latency: the fastest single request wins
     runs = sweep("a", 80, 1000) + sweep("b", 60, 3000)
-    assert _bench.summarize(runs, objective="throughput")["winner"] == "b"
-    assert _bench.summarize(runs, objective="latency")["winner"] == "a"
+    assert _bench_report.summarize(runs, objective="throughput")["winner"] == "b"
+    assert _bench_report.summarize(runs, objective="latency")["winner"] == "a"
 
 
 def test_pick_tie_breaks():
     # latency tie on tok/s (within 1 %): the lower TTFT wins
     runs = sweep("slow-ttft", 50.0, 900, ttft=300.0) + sweep("fast-ttft", 50.2, 800, ttft=80.0)
-    assert _bench.summarize(runs, objective="latency")["winner"] == "fast-ttft"
-    assert _bench.summarize(runs, objective="latency", tie=0.0)["winner"] == "fast-ttft"
+    assert _bench_report.summarize(runs, objective="latency")["winner"] == "fast-ttft"
+    assert _bench_report.summarize(runs, objective="latency", tie=0.0)["winner"] == "fast-ttft"
     runs = sweep("x", 50.0, 900, ttft=80.0) + sweep("y", 50.2, 800, ttft=300.0)
-    assert _bench.summarize(runs, objective="latency", tie=0.0)["winner"] == "y"
+    assert _bench_report.summarize(runs, objective="latency", tie=0.0)["winner"] == "y"
     # throughput tie on the peak: the faster single request wins
     runs = sweep("p", 40, 1000) + sweep("q", 60, 1004)
-    assert _bench.summarize(runs, objective="throughput")["winner"] == "q"
+    assert _bench_report.summarize(runs, objective="throughput")["winner"] == "q"
     with pytest.raises(BenchError):
-        _bench.summarize(runs, objective="cost")
+        _bench_report.summarize(runs, objective="cost")
 
 
 def test_refused_strategies_never_win_and_are_listed():
     refused = {"tp8": "planner: does not fit 8 x 97887 MiB | KV margin -3 GiB"}
-    rep = _bench.summarize(sweep("pp8", 30, 900) + sweep("tp8", 99, 9999), ["tp8", "pp8", "ep4"],
+    rep = _bench_report.summarize(sweep("pp8", 30, 900) + sweep("tp8", 99, 9999), ["tp8", "pp8", "ep4"],
                            refused, "throughput")
     assert rep["winner"] == "pp8"
     assert [r["strategy"] for r in rep["strategies"]] == ["tp8", "pp8", "ep4"]
     assert rep["refused"] == {"tp8": refused["tp8"], "ep4": "no benchmark result"}
-    md = _bench.render_markdown(rep)
+    md = _bench_report.render_markdown(rep)
     assert "- tp8: refused: planner: does not fit" in md
     assert "| tp8 | refused: planner: does not fit 8 x 97887 MiB \\| KV margin -3 GiB |" in md
-    assert _bench.summarize([], ["a"], {"a": "doctor"})["winner"] is None
+    assert _bench_report.summarize([], ["a"], {"a": "doctor"})["winner"] is None
 
 
 def test_markdown_table():
-    rep = _bench.summarize(RUNS, ["tp8", "pp8", "ep8", "ep4"], {}, "throughput")
-    md = _bench.render_markdown(rep, title="compare")
+    rep = _bench_report.summarize(RUNS, ["tp8", "pp8", "ep8", "ep4"], {}, "throughput")
+    md = _bench_report.render_markdown(rep, title="compare")
     lines = md.splitlines()
     assert lines[0] == "# compare"
     header = [c.strip() for c in lines[2].strip("|").split("|")]
@@ -395,7 +396,7 @@ def test_markdown_table():
 
 def test_json_report_is_strict():
     runs = RUNS + [run("tp8", 256, float("inf"))]
-    text = _bench.render_json(_bench.summarize(runs))
+    text = _bench_report.render_json(_bench_report.summarize(runs))
     assert "Infinity" not in text and "NaN" not in text
     data = json.loads(text)
     assert data["winner"] == "ep8"
@@ -407,17 +408,17 @@ def test_json_report_is_strict():
 def test_chart_is_a_real_png():
     pytest.importorskip("matplotlib")
     from ansible_collections.gpufleet.sglang.plugins.module_utils._bench_chart import render_png
-    rep = _bench.summarize(RUNS, ["tp8", "pp8", "ep8", "ep4", "tp4"], {"tp4": "doctor: 4 GPUs"})
+    rep = _bench_report.summarize(RUNS, ["tp8", "pp8", "ep8", "ep4", "tp4"], {"tp4": "doctor: 4 GPUs"})
     data = render_png(rep, width_in=8, height_in=5, dpi=100)
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     assert data[12:16] == b"IHDR"
-    assert _bench.png_size(data) == (800, 500)
+    assert _bench_report.png_size(data) == (800, 500)
     assert data.endswith(b"IEND\xaeB`\x82")
     assert len(data) > 10000  # lines, legend and labels, not an empty canvas
 
 
 def test_png_size_refuses_other_data():
     with pytest.raises(BenchError):
-        _bench.png_size(b"GIF89a" + b"\x00" * 40)
+        _bench_report.png_size(b"GIF89a" + b"\x00" * 40)
     with pytest.raises(BenchError):
-        _bench.png_size(b"\x89PNG\r\n\x1a\n" + b"\x00\x00\x00\x0dIDAT" + b"\x00" * 30)
+        _bench_report.png_size(b"\x89PNG\r\n\x1a\n" + b"\x00\x00\x00\x0dIDAT" + b"\x00" * 30)

@@ -11,7 +11,7 @@ from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.gpufleet.sglang.plugins.filter import bench as bench_filters
-from ansible_collections.gpufleet.sglang.plugins.module_utils._bench import png_size
+from ansible_collections.gpufleet.sglang.plugins.module_utils._bench_report import png_size
 from ansible_collections.gpufleet.sglang.plugins.modules import bench_report
 
 from test_bench import DATA, FIXTURES, RUNS, rebuild_bench_parser

@@ -8,7 +8,7 @@ clock, with ``concurrency`` closed-loop clients (``bench_serving --max-concurren
 client sends its next request when its previous one completes, after ``client_rtt_s``;
 the clients start ``client_rtt_s`` apart).
 The result has the keys of a ``bench_serving`` JSONL line, so the collection's own parser
-(``_bench.parse_bench_serving``) reads it as it reads the real tool's output.
+(``_bench_tool.parse_bench_serving``) reads it as it reads the real tool's output.
 """
 
 import os

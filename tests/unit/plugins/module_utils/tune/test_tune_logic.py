@@ -6,7 +6,7 @@ import pytest
 
 import tune_inprocess as fleet_double
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _bench
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _bench_tool
 from ansible_collections.gpufleet.sglang.plugins.module_utils.tune import frontier, journal, metrics
 from ansible_collections.gpufleet.sglang.plugins.module_utils.tune import plan as tune_plan
 from ansible_collections.gpufleet.sglang.plugins.module_utils.tune import search, space, verdict
@@ -156,7 +156,7 @@ def test_journal_keeps_the_first_line_of_a_fingerprint_and_skips_torn_and_foreig
 # ------------------------------------------------------------------------------ metrics
 
 def _run(conc, tok, tpot_p99, ttft_p99, failed=0, tpot=None):
-    res = _bench.empty_result("bench_serving", "tp8", conc)
+    res = _bench_tool.empty_result("bench_serving", "tp8", conc)
     res.update(output_tok_s=tok, mean_tpot_ms=tpot or tpot_p99 * 0.9, p99_tpot_ms=tpot_p99,
                p99_ttft_ms=ttft_p99, median_ttft_ms=ttft_p99 / 2, median_tpot_ms=tpot_p99 * 0.8,
                median_itl_ms=1.0, p99_itl_ms=2.0, failed=failed, completed=10 - failed, num_prompts=10)
@@ -190,9 +190,9 @@ def test_bench_serving_p99_and_failures_are_parsed():
             "median_ttft_ms": 9.0, "p99_ttft_ms": 30.0, "mean_tpot_ms": 20.0, "median_tpot_ms": 19.0,
             "p99_tpot_ms": 40.0, "mean_itl_ms": 20.0, "median_itl_ms": 18.0, "p99_itl_ms": 60.0,
             "completed": 60, "duration": 10.0, "max_concurrency": 16}
-    res = _bench.parse_bench_serving(line, num_prompts=64)
+    res = _bench_tool.parse_bench_serving(line, num_prompts=64)
     assert res["failed"] == 4 and res["p99_tpot_ms"] == 40.0 and res["p99_itl_ms"] == 60.0
-    assert _bench.parse_bench_serving(line)["failed"] is None  # prompts sent unknown
+    assert _bench_tool.parse_bench_serving(line)["failed"] is None  # prompts sent unknown
 
 
 def test_slo_errors_name_the_key():

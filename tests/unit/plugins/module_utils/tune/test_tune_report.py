@@ -7,7 +7,7 @@ import pytest
 
 import tune_inprocess as fleet_double
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _bench
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _bench_report
 from ansible_collections.gpufleet.sglang.plugins.module_utils.tune import frontier
 from ansible_collections.gpufleet.sglang.plugins.module_utils.tune import journal as tune_journal
 from ansible_collections.gpufleet.sglang.plugins.module_utils.tune import report as tune_report
@@ -40,7 +40,7 @@ def test_rows_are_sorted_by_goodput_and_the_winner_is_the_first(tuned):
     table = [ln for ln in text.splitlines() if ln.startswith("| ")][1:]
     assert [ln.split(" | ")[1].strip("*") for ln in table] == [r["id"] for r in rep["rows"]]
     assert "Refused before any load:" in text and "Method: **exhaustive**" in text
-    json.loads(_bench.render_json(rep))  # strict JSON
+    json.loads(_bench_report.render_json(rep))  # strict JSON
 
 
 def test_the_frontier_is_the_undominated_points(tuned):
@@ -57,8 +57,8 @@ def test_the_chart_draws_the_points_of_the_json(tuned):
     _plan, rep = tuned
     drawn = {}
     data = tune_report.render_png(rep, drawn=drawn)
-    assert _bench.png_size(data) == (900, 600)
-    as_json = json.loads(_bench.render_json(rep))
+    assert _bench_report.png_size(data) == (900, 600)
+    as_json = json.loads(_bench_report.render_json(rep))
     want = sorted((round(p["x"], 6), round(p["y"], 6)) for p in as_json["points"])
     assert sorted((round(x, 6), round(y, 6)) for x, y in drawn["points"]) == want
     assert [(round(x, 6), round(y, 6)) for x, y in drawn["frontier"]] == \

@@ -21,7 +21,7 @@ from sglang._emulator import bench as emu_bench  # noqa: E402  pylint: disable=w
 from sglang._emulator import cli as emu_cli  # noqa: E402  pylint: disable=wrong-import-position
 from sglang._emulator import server_args as emu_sa  # noqa: E402  pylint: disable=wrong-import-position
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _bench  # noqa: E402
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _bench_tool  # noqa: E402
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _preflight  # noqa: E402
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _server_args_gate as gate  # noqa: E402
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _strategy  # noqa: E402
@@ -129,7 +129,7 @@ class Fleet:
             prompts = load["num_prompts"]
             prompts = prompts.get(str(conc), prompts.get(conc)) if isinstance(prompts, dict) else prompts
             line = emu_bench.run(model, conc, int(prompts), load["input_len"], load["output_len"])
-            runs.append(_bench.parse_bench_serving(line, strategy=cand["strategy"], concurrency=conc,
+            runs.append(_bench_tool.parse_bench_serving(line, strategy=cand["strategy"], concurrency=conc,
                                                    num_prompts=int(prompts)))
         return "ok", "", runs
 

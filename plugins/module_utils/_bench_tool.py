@@ -4,7 +4,8 @@
 #
 # This module util is PRIVATE to the gpufleet.sglang collection. It may change
 # without notice; do not use it from outside the collection.
-"""Benchmark results of SGLang servers: argv builders, parsers, picker, report.
+"""The benchmark tools' I/O: argv builders and output parsers for sglang.bench_serving and
+aiperf, in one result schema (the pick and the report are ``_bench_report``).
 
 One result schema for every tool (:data:`RESULT_FIELDS`)::
 
@@ -38,7 +39,6 @@ __metaclass__ = type  # pylint: disable=invalid-name
 
 import json
 import math
-import struct
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils._version import at_least
 
@@ -68,7 +68,7 @@ class BenchError(ValueError):
 
 # ---------------------------------------------------------------------------- numbers
 
-def _num(value):
+def num(value):
     """float, or None for missing / non-numeric / non-finite values."""
     if value is None or isinstance(value, bool):
         return None
@@ -82,7 +82,7 @@ def _num(value):
 
 
 def _int(value):
-    val = _num(value)
+    val = num(value)
     return None if val is None else int(round(val))
 
 
@@ -146,26 +146,26 @@ def parse_bench_serving(text, strategy=None, concurrency=None, num_prompts=None)
                          % (", ".join(missing), ", ".join(sorted(obj)[:60])))
     res = empty_result("bench_serving", strategy)
     conc = concurrency if concurrency is not None else obj.get("max_concurrency")
-    tpot = _num(obj.get("mean_tpot_ms"))
+    tpot = num(obj.get("mean_tpot_ms"))
     res.update(
         concurrency=_int(conc),
         num_prompts=_int(num_prompts) if num_prompts is not None else _int(obj.get("completed")),
         input_len=_int(obj.get("random_input_len")),
         output_len=_int(obj.get("random_output_len")),
-        output_tok_s=_num(obj.get("output_throughput")),
+        output_tok_s=num(obj.get("output_throughput")),
         # decode rate of one request: TPOT excludes the time to the first token
         request_tok_s=(1000.0 / tpot) if tpot else None,
-        request_throughput=_num(obj.get("request_throughput")),
-        mean_ttft_ms=_num(obj.get("mean_ttft_ms")),
-        median_ttft_ms=_num(obj.get("median_ttft_ms")),
-        p99_ttft_ms=_num(obj.get("p99_ttft_ms")),
-        mean_itl_ms=_num(obj.get("mean_itl_ms")),
+        request_throughput=num(obj.get("request_throughput")),
+        mean_ttft_ms=num(obj.get("mean_ttft_ms")),
+        median_ttft_ms=num(obj.get("median_ttft_ms")),
+        p99_ttft_ms=num(obj.get("p99_ttft_ms")),
+        mean_itl_ms=num(obj.get("mean_itl_ms")),
         mean_tpot_ms=tpot,
-        median_tpot_ms=_num(obj.get("median_tpot_ms")),
-        p99_tpot_ms=_num(obj.get("p99_tpot_ms")),
-        median_itl_ms=_num(obj.get("median_itl_ms")),
-        p99_itl_ms=_num(obj.get("p99_itl_ms")),
-        duration_s=_num(obj.get("duration")),
+        median_tpot_ms=num(obj.get("median_tpot_ms")),
+        p99_tpot_ms=num(obj.get("p99_tpot_ms")),
+        median_itl_ms=num(obj.get("median_itl_ms")),
+        p99_itl_ms=num(obj.get("p99_itl_ms")),
+        duration_s=num(obj.get("duration")),
         completed=_int(obj.get("completed")),
     )
     res["failed"] = _failed(res["num_prompts"] if num_prompts is not None else None, res["completed"])
@@ -316,7 +316,7 @@ def aiperf_argv(aiperf, url, model, tokenizer, concurrency, request_count, input
 def _metric(metrics, tag, stat="avg"):
     entry = metrics.get(tag)
     if isinstance(entry, dict):
-        return _num(entry.get(stat))
+        return num(entry.get(stat))
     return None
 
 
@@ -405,182 +405,3 @@ def parse_result(text, tool, strategy=None, concurrency=None, num_prompts=None):
     if tool == "aiperf":
         return parse_aiperf(text, strategy, concurrency, num_prompts)
     raise BenchError("unknown benchmark tool %r (one of %s)" % (tool, ", ".join(TOOLS)))
-
-
-# ------------------------------------------------------------------ summary and picker
-
-def _single_rate(result):
-    if not result:
-        return None
-    rate = _num(result.get("request_tok_s"))
-    return rate if rate is not None else _num(result.get("output_tok_s"))
-
-
-def summarize(runs, strategies=None, refused=None, objective="throughput", tie=0.01):
-    """Report of a comparison.
-
-    ``runs``: normalized results (any order; each names its strategy and concurrency).
-    ``strategies``: the order of the table (default: order of first appearance).
-    ``refused``: {strategy: reason} for strategies that could not be deployed.
-    ``tie``: relative difference under which two strategies tie on the objective.
-    """
-    if objective not in OBJECTIVES:
-        raise BenchError("objective must be one of %s, got %r" % (", ".join(OBJECTIVES), objective))
-    refused = dict(refused or {})
-    order = list(strategies or [])
-    for run in runs or []:
-        if run.get("strategy") not in order:
-            order.append(run.get("strategy"))
-    for name in refused:
-        if name not in order:
-            order.append(name)
-    rows, concurrencies = [], set()
-    for name in order:
-        if name in refused:
-            rows.append({"strategy": name, "status": "refused", "reason": str(refused[name])})
-            continue
-        mine = [r for r in runs or [] if r.get("strategy") == name and r.get("concurrency")]
-        if not mine:
-            rows.append({"strategy": name, "status": "refused", "reason": "no benchmark result"})
-            continue
-        aggregate = {}
-        for run in mine:
-            tok = _num(run.get("output_tok_s"))
-            if tok is None:
-                continue
-            conc = int(run["concurrency"])
-            aggregate[conc] = max(tok, aggregate.get(conc, tok))
-            concurrencies.add(conc)
-        single = min(mine, key=lambda r: (int(r["concurrency"]), -(r.get("num_prompts") or 0)))
-        single = single if int(single["concurrency"]) == 1 else None
-        peak_conc = max(aggregate, key=lambda c: (aggregate[c], -c)) if aggregate else None
-        rows.append({
-            "strategy": name, "status": "ok", "tool": mine[0].get("tool"),
-            "single_tok_s": _single_rate(single),
-            "ttft_ms": _num(single.get("mean_ttft_ms")) if single else None,
-            "itl_ms": _num(single.get("mean_itl_ms")) if single else None,
-            "aggregate_tok_s": dict((str(c), aggregate[c]) for c in sorted(aggregate)),
-            "peak_tok_s": aggregate.get(peak_conc) if peak_conc else None,
-            "peak_concurrency": peak_conc,
-        })
-    winner = pick(rows, objective, tie)
-    return {"objective": objective, "winner": winner,
-            "concurrencies": sorted(concurrencies), "strategies": rows,
-            "refused": dict((r["strategy"], r["reason"]) for r in rows if r["status"] == "refused"),
-            "runs": [finite(r) for r in runs or []]}
-
-
-def _better(a, b, tie):
-    """1 when a is clearly greater than b, -1 when clearly smaller, 0 on a tie."""
-    if a is None and b is None:
-        return 0
-    if b is None:
-        return 1
-    if a is None:
-        return -1
-    scale = max(abs(a), abs(b), 1e-12)
-    if abs(a - b) / scale <= tie:
-        return 0
-    return 1 if a > b else -1
-
-
-def pick(rows, objective="throughput", tie=0.01):
-    """Name of the winning strategy among summary rows (None when none ran).
-
-    throughput: highest peak aggregate output tok/s; ties go to the faster single request.
-    latency: fastest single request (tok/s); ties go to the lower mean TTFT.
-    """
-    if objective not in OBJECTIVES:
-        raise BenchError("objective must be one of %s, got %r" % (", ".join(OBJECTIVES), objective))
-    best = None
-    for row in rows:
-        if row.get("status") != "ok":
-            continue
-        if best is None:
-            best = row
-            continue
-        if objective == "throughput":
-            order = _better(row.get("peak_tok_s"), best.get("peak_tok_s"), tie) or \
-                _better(row.get("single_tok_s"), best.get("single_tok_s"), tie)
-        else:
-            ttft_a, ttft_b = row.get("ttft_ms"), best.get("ttft_ms")
-            order = _better(row.get("single_tok_s"), best.get("single_tok_s"), tie) or \
-                _better(-ttft_a if ttft_a is not None else None,
-                        -ttft_b if ttft_b is not None else None, 0.0)
-        if order > 0:
-            best = row
-    return best["strategy"] if best else None
-
-
-# ----------------------------------------------------------------------------- render
-
-def _fmt(value, digits=1):
-    val = _num(value)
-    return "-" if val is None else ("%.*f" % (digits, val))
-
-
-def _cell(text):
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
-def render_markdown(report, title=None):
-    """Markdown table: one row per strategy, aggregate tok/s per concurrency, peak."""
-    concs = report.get("concurrencies") or []
-    head = ["strategy", "single-request tok/s", "TTFT ms", "ITL ms"] + \
-        ["c=%d tok/s" % c for c in concs] + ["peak tok/s"]
-    lines = []
-    if title:
-        lines += ["# %s" % title, ""]
-    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for row in report.get("strategies") or []:
-        name = row["strategy"]
-        if name == report.get("winner"):
-            name = "**%s**" % name
-        if row.get("status") != "ok":
-            cells = [_cell(name), _cell("refused: %s" % row.get("reason"))] + [""] * (len(head) - 2)
-        else:
-            agg = row.get("aggregate_tok_s") or {}
-            peak = "-"
-            if row.get("peak_tok_s") is not None:
-                peak = "%s (c=%d)" % (_fmt(row["peak_tok_s"]), row["peak_concurrency"])
-            cells = [_cell(name), _fmt(row.get("single_tok_s")), _fmt(row.get("ttft_ms")),
-                     _fmt(row.get("itl_ms"), 2)] + \
-                [_fmt(agg.get(str(c))) for c in concs] + [peak]
-        lines.append("| " + " | ".join(cells) + " |")
-    lines.append("")
-    winner = report.get("winner")
-    objective = report.get("objective")
-    if winner:
-        row = [r for r in report["strategies"] if r["strategy"] == winner][0]
-        if objective == "throughput":
-            why = "peak %s tok/s at concurrency %s" % (_fmt(row.get("peak_tok_s")), row.get("peak_concurrency"))
-        else:
-            why = "%s tok/s for a single request, TTFT %s ms" % (_fmt(row.get("single_tok_s")), _fmt(row.get("ttft_ms")))
-        lines.append("Winner (%s): **%s**, %s." % (objective, winner, why))
-    else:
-        lines.append("Winner (%s): none, no strategy was measured." % objective)
-    for row in report.get("strategies") or []:
-        if row.get("status") != "ok":
-            lines.append("- %s: refused: %s" % (row["strategy"], row.get("reason")))
-    return "\n".join(lines) + "\n"
-
-
-def render_json(report):
-    """Strict JSON of a report (non-finite numbers as null)."""
-    return json.dumps(finite(report), indent=2, sort_keys=True, allow_nan=False) + "\n"
-
-
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-
-
-def png_size(data):
-    """(width, height) from a PNG's IHDR chunk; BenchError when it is not a PNG."""
-    if not isinstance(data, (bytes, bytearray)) or len(data) < 33:
-        raise BenchError("too short to be a PNG")
-    if bytes(data[:8]) != PNG_SIGNATURE:
-        raise BenchError("no PNG signature")
-    length, kind = struct.unpack(">I4s", bytes(data[8:16]))
-    if kind != b"IHDR" or length != 13:
-        raise BenchError("the first PNG chunk is not IHDR")
-    width, height = struct.unpack(">II", bytes(data[16:24]))
-    return width, height
