@@ -103,4 +103,3 @@ def test_the_declared_size_is_what_the_capacity_model_reads_from_the_config():
         index = json.loads(files["model.safetensors.index.json"])
         assert index["metadata"]["total_size"] == expected
         assert expected > sum(len(v) for k, v in files.items() if k.endswith(".safetensors"))
-

@@ -104,8 +104,8 @@ def test_bench_serving_argv_parses_with_the_real_cli(bench_parser, bench_help_fl
     if checked:
         kwargs["available_flags"] = bench_help_flags
     argv = _bench_tool.bench_serving_argv("/opt/sglang/0.5.23/bin/python", "0.5.23",
-                                     "http://127.0.0.1:30000/", "/models/kimi-k2.5",
-                                     output_file="/var/tmp/b/x.jsonl", **kwargs)
+                                          "http://127.0.0.1:30000/", "/models/kimi-k2.5",
+                                          output_file="/var/tmp/b/x.jsonl", **kwargs)
     assert argv[:3] == ["/opt/sglang/0.5.23/bin/python", "-m", "sglang.benchmark.serving"]
     ns = bench_parser.parse_args(argv[3:])
     assert ns.backend == "sglang"
@@ -131,7 +131,7 @@ def test_bench_serving_argv_drops_optional_flags_an_older_release_lacks(bench_pa
     older = dict((k, v) for k, v in bench_help_flags.items()
                  if k not in ("--warmup-requests", "--ready-check-timeout-sec"))
     argv = _bench_tool.bench_serving_argv("py", "0.4.6.post5", "http://h:1", "/m", 4, 16, 8, 8, "/o",
-                                     ready_timeout=60, available_flags=older)
+                                          ready_timeout=60, available_flags=older)
     assert argv[2] == "sglang.bench_serving"
     assert "--warmup-requests" not in argv and "--ready-check-timeout-sec" not in argv
     assert "--max-concurrency" in argv
@@ -142,7 +142,7 @@ def test_bench_serving_argv_refuses_a_required_flag_the_release_lacks(bench_help
     older = dict((k, v) for k, v in bench_help_flags.items() if k != "--random-range-ratio")
     with pytest.raises(BenchError, match="--random-range-ratio"):
         _bench_tool.bench_serving_argv("py", "0.5.9", "http://h:1", "/m", 4, 16, 8, 8, "/o",
-                                  available_flags=older)
+                                       available_flags=older)
 
 
 @pytest.mark.parametrize("bad", [dict(concurrency=0), dict(num_prompts=-1), dict(output_len="x")])
@@ -173,7 +173,7 @@ def test_bench_serving_module_refuses_unreadable_release(release):
 
 def test_aiperf_argv():
     argv = _bench_tool.aiperf_argv("/v/bin/aiperf", "http://h:30000/", "kimi", "/tok", 16, 64, 128, 64,
-                              "/r/a", seed=3, warmup_requests=2, workers_max=4)
+                                   "/r/a", seed=3, warmup_requests=2, workers_max=4)
     assert argv[:2] == ["/v/bin/aiperf", "profile"]
     pairs = dict((argv[i], argv[i + 1]) for i in range(2, len(argv) - 1) if argv[i].startswith("--"))
     assert pairs["--url"] == "http://h:30000"
@@ -368,7 +368,7 @@ def test_pick_tie_breaks():
 def test_refused_strategies_never_win_and_are_listed():
     refused = {"tp8": "planner: does not fit 8 x 97887 MiB | KV margin -3 GiB"}
     rep = _bench_report.summarize(sweep("pp8", 30, 900) + sweep("tp8", 99, 9999), ["tp8", "pp8", "ep4"],
-                           refused, "throughput")
+                                  refused, "throughput")
     assert rep["winner"] == "pp8"
     assert [r["strategy"] for r in rep["strategies"]] == ["tp8", "pp8", "ep4"]
     assert rep["refused"] == {"tp8": refused["tp8"], "ep4": "no benchmark result"}

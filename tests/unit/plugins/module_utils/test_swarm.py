@@ -172,4 +172,3 @@ def test_the_simulated_swarm_against_its_bounds_and_doubling():
     # a WAN ten times slower than the LAN: the LAN fan-out hides behind the download
     slow = _fanout.simulate_swarm(8, files, ppf, 0.1, 1.0)
     assert total / 0.1 <= slow <= total / 0.1 * 1.2
-

@@ -130,7 +130,7 @@ class Fleet:
             prompts = prompts.get(str(conc), prompts.get(conc)) if isinstance(prompts, dict) else prompts
             line = emu_bench.run(model, conc, int(prompts), load["input_len"], load["output_len"])
             runs.append(_bench_tool.parse_bench_serving(line, strategy=cand["strategy"], concurrency=conc,
-                                                   num_prompts=int(prompts)))
+                                                        num_prompts=int(prompts)))
         return "ok", "", runs
 
 
