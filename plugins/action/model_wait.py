@@ -121,7 +121,7 @@ class ActionModule(ActionBase):
             if until == "complete" and progress and progress.get("session") == session \
                     and progress.get("complete"):
                 return ("answer", dict(result, changed=False, progress=lines + [progress.get("line")]))
-            if progress and time.monotonic() - seen["last_line"] >= interval:
+            if progress and due:
                 seen["last_line"] = time.monotonic()
                 line = "%s: %s" % (host, progress.get("line"))
                 lines.append(line)

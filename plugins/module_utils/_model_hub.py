@@ -300,9 +300,13 @@ class OrderedFile(object):
         self.sinks.append(sink)
         return sink
 
-    def _write(self, data):
+    def _open(self):
         if self.handle is None:
             self.handle = open(self.partial, "ab")
+        return self.handle
+
+    def _write(self, data):
+        self._open()
         self.hasher.update(data)
         self.handle.write(data)
         self.next += len(data)
@@ -337,11 +341,10 @@ class OrderedFile(object):
     def close(self):
         """Flush and close what was written (a file whose bytes were all there before, or
         an empty one, was never opened: the partial file is created empty for it)."""
-        if self.handle is None:
-            self.handle = open(self.partial, "ab")
-        self.handle.flush()
-        os.fsync(self.handle.fileno())
-        self.handle.close()
+        handle = self._open()
+        handle.flush()
+        os.fsync(handle.fileno())
+        handle.close()
 
 
 class RangeSink(object):
