@@ -32,6 +32,9 @@ class ActionModule(ActionBase):
     TRANSFERS_FILES = False
 
     _async_dir = None
+    # the clock and the sleep of the polling loop, replaced by the unit tests
+    _clock = staticmethod(time.monotonic)
+    _sleep = staticmethod(time.sleep)
 
     def _status(self, jid, task_vars):
         # what the async_status action adds before it calls its module (the home directory
@@ -91,7 +94,7 @@ class ActionModule(ActionBase):
             or for the copy to be complete (the swarm's relay and stop, on its critical
             path) looks at the job only every STATUS_EVERY seconds (to see it fail); at the
             journal, or the progress file, at each poll."""
-            now = time.monotonic()
+            now = self._clock()
             if until in ("published", "complete") and seen["last_status"] is not None \
                     and now - seen["last_status"] < STATUS_EVERY:
                 status = {}
@@ -109,27 +112,28 @@ class ActionModule(ActionBase):
                 # makes one wave, not one per file); all of them at once when all are out
                 records = self._published(args["published_path"], session, task_vars)
                 if len(records) > after and seen["first_new"] is None:
-                    seen["first_new"] = time.monotonic()
+                    seen["first_new"] = self._clock()
                 if len(records) >= total or (seen["first_new"] is not None
-                                             and time.monotonic() - seen["first_new"] >= batch):
+                                             and self._clock() - seen["first_new"] >= batch):
                     return ("answer", dict(result, changed=False, progress=lines,
                                            published=records[after:], count=len(records),
                                            session=session, all_published=len(records) >= total))
-            due = time.monotonic() - seen["last_line"] >= interval
+            due = self._clock() - seen["last_line"] >= interval
             progress = self._progress(path, task_vars) if path and (
                 due or until == "complete") else None
             if until == "complete" and progress and progress.get("session") == session \
                     and progress.get("complete"):
                 return ("answer", dict(result, changed=False, progress=lines + [progress.get("line")]))
             if progress and due:
-                seen["last_line"] = time.monotonic()
+                seen["last_line"] = self._clock()
                 line = "%s: %s" % (host, progress.get("line"))
                 lines.append(line)
                 display.display("model transfer " + line)
             return None
 
         done = _waiter.wait(poll, timeout=timeout,
-                            interval=interval if until == "finished" else min(interval, 0.3))
+                            interval=interval if until == "finished" else min(interval, 0.3),
+                            clock=self._clock, sleep=self._sleep)
         if not done.ok:
             return dict(result, failed=True, progress=lines,
                         msg="the transfer on %s ran longer than %ds" % (host, timeout))

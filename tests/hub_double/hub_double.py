@@ -18,7 +18,8 @@ headers that ``huggingface_hub`` 2.4.0 really uses:
   zeroes them (``bytes_total`` counts every body, ``file_bytes_total`` only repo file bytes;
   the admin routes are not counted), ``/_admin/repo`` (GET) names the commit, ``/_admin/knobs`` (GET/POST JSON) reads and sets the fault knobs:
   ``throttle_bps`` (bytes per second per response), ``cut`` (``{"path", "after", "times"}``:
-  close the connection after that many body bytes), ``corrupt`` (list of paths served with
+  close the connection after that many body bytes; the log entry of a response it cut
+  carries ``"cut": true``), ``corrupt`` (list of paths served with
   one byte flipped, same size), ``xet`` (advertise Xet: ``X-Xet-Hash`` header and
   ``xetHash`` in the tree, without serving the Xet token route), ``token`` (required
   bearer token, else 401), ``forbidden`` (403 GatedRepo), ``page_size`` (tree page).
@@ -245,6 +246,7 @@ def make_handler(repo, state, cdn_port, role):
                 limit = min(limit, int(cut.get("after", 0)))
                 with state.lock:
                     cut["times"] = cut.get("times", 1) - 1
+                    state.log[entry]["cut"] = limit < len(body)
             bps = int(knobs.get("throttle_bps") or 0)
             chunk = 64 * 1024 if not bps else max(1024, min(64 * 1024, bps // 10))
             offset = 0

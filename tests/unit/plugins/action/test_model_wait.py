@@ -50,6 +50,16 @@ def _action(args, script):
 
     action._status, action._published, action._progress = status, published, progress
     action._async_dir = "/root/.ansible_async"
+    # a clock that only the loop's sleeps move, so the counts do not depend on the load
+    now = [1000.0]
+
+    def sleep(seconds):
+        calls["sleeps"] += 1
+        now[0] += seconds
+
+    calls["sleeps"] = 0
+    action._clock = lambda: now[0]
+    action._sleep = sleep
     return action, calls
 
 
@@ -63,8 +73,9 @@ def test_the_relay_looks_at_the_journal_and_seldom_at_the_job(monkeypatch):
                              "published_path": "/j", "published_total": 2, "session": "s"}, script)
     res = action.run(task_vars={"inventory_hostname": "h"})
     assert res["published"] == [{"path": "a"}, {"path": "b"}] and res["all_published"]
-    assert calls["published"] == 7
-    assert calls["status"] <= 2 and calls["progress"] <= 1, calls
+    # seven polls 0.3 s apart: 1.8 s, under STATUS_EVERY; the first poll's line was due
+    assert calls["published"] == 7 and calls["sleeps"] == 6
+    assert calls["status"] == 1 and calls["progress"] == 1, calls
 
 
 def test_waiting_for_a_complete_copy_reads_the_progress_and_seldom_the_job(monkeypatch):
@@ -74,7 +85,8 @@ def test_waiting_for_a_complete_copy_reads_the_progress_and_seldom_the_job(monke
                              "session": "s", "timeout": 1.0}, [[]])
     res = action.run(task_vars={"inventory_hostname": "h"})
     assert res["failed"]  # never complete: the timeout
-    assert calls["progress"] >= 3 and calls["status"] == 1 and calls["published"] == 0, calls
+    # polls at 0, 0.3, 0.6, 0.9 and 1.0 s: the progress at each, the job at the first only
+    assert calls["progress"] == 5 and calls["status"] == 1 and calls["published"] == 0, calls
 
 
 def test_waiting_for_the_end_looks_at_the_job_every_time(monkeypatch):
@@ -85,4 +97,5 @@ def test_waiting_for_the_end_looks_at_the_job_every_time(monkeypatch):
                              "session": "s", "timeout": 1.0}, [[]])
     res = action.run(task_vars={"inventory_hostname": "h"})
     assert res["failed"]
-    assert calls["status"] >= 3 and calls["published"] == 0, calls
+    # a poll every 0.1 s for 1 s: the job at each of them
+    assert calls["status"] == calls["sleeps"] + 1 >= 10 and calls["published"] == 0, calls
