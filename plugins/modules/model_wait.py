@@ -13,9 +13,12 @@ short_description: Wait for a background model transfer, showing its progress
 version_added: 0.2.0
 author: gpufleet developers (@gpufleet)
 description:
-  - Polls the async job of a M(gpufleet.sglang.model_fetch) task started with C(poll=0)
-    and, every O(interval) seconds, prints the files and bytes done, the rate and the ETA
-    that the transfer writes to O(progress_path).
+  - Waits for the async job of a M(gpufleet.sglang.model_fetch) task started with
+    C(poll=0) and, every O(interval) seconds, prints the files and bytes done, the rate and
+    the ETA that the transfer writes to O(progress_path).
+  - The job, the progress and the published journal are looked at on the host every 0.1 s
+    by M(gpufleet.sglang.model_watch), one run per O(interval); async_status is asked
+    once, for the job's result, when the job ended.
   - Returns the transfer's own result when it ends (failed when it failed).
 extends_documentation_fragment:
   - gpufleet.sglang._model.progress
@@ -65,6 +68,7 @@ options:
     type: str
 seealso:
   - module: gpufleet.sglang.model_fetch
+  - module: gpufleet.sglang.model_watch
 """
 
 EXAMPLES = r"""
