@@ -192,7 +192,7 @@ EXAMPLES = r"""
     journal: "{{ playbook_dir }}/../reports/tune-journal.jsonl"
     model_commit: "{{ sglang_model_commit | default('') }}"
     load: {input_len: 1024, output_len: 256, concurrencies: [1, 8, 32], num_prompts: 64}
-    hosts: "{{ ansible_play_hosts }}"
+    hosts: "{{ ansible_play_hosts | gpufleet.sglang.tune_units(hostvars, groups) }}"
     budget: 8
     method: auto
     slo: {ttft_p99_ms: 2000, tpot_p99_ms: 50}
@@ -246,6 +246,13 @@ assignment:
       round. All hosts of one multi-node group get the same candidate."
   returned: mode=next
   type: dict
+leads:
+  description:
+    - "O(mode=next): the host of each trial unit that is measured and journals the trial
+      (a multi-node server's rank 0; the host itself for a server of one host)."
+  returned: mode=next
+  type: list
+  elements: str
 done:
   description: O(mode=next) - nothing is left to assign (RV(assignment) is all V(null)).
   returned: mode=next

@@ -11,6 +11,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type  # pylint: disable=invalid-name
 
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _topology
 from ansible_collections.gpufleet.sglang.plugins.module_utils.tune import journal as _journal
 from ansible_collections.gpufleet.sglang.plugins.module_utils.tune import metrics as _metrics
 from ansible_collections.gpufleet.sglang.plugins.module_utils.tune import search as _search
@@ -37,6 +38,49 @@ def units_of(hosts):
         units.append(members)
     if not units and not problems:
         problems.append("hosts: no trial host given")
+    return units, problems
+
+
+def trial_units(hosts, settings, groups):
+    """The trial units of the tune's hosts, for ``tune_plan``'s ``hosts``: a host that is a
+    server of its own is a unit of one; the hosts of a multi-node server (``sglang_nnodes``
+    > 1, the inventory group ``sglang_server_group``) are one unit, ordered by node rank
+    (rank 0, the one that serves HTTP and is measured, first), in the place of its first
+    host. ``settings`` maps each host to ``{"nnodes", "group", "rank"}`` (its inventory's
+    sglang_nnodes, sglang_server_group, sglang_node_rank); ``groups`` is the inventory's
+    groups. Returns ``(units, problems)``: every host of a multi-node server must be a
+    trial host, or none of them."""
+    hosts = list(hosts or [])
+    units, placed, problems = [], set(), []
+    for host in hosts:
+        if host in placed:
+            continue
+        own = settings.get(host) or {}
+        try:
+            nnodes = int(own.get("nnodes") or 1)
+        except (TypeError, ValueError):
+            problems.append("%s: sglang_nnodes must be a number, got %r" % (host, own.get("nnodes")))
+            continue
+        if nnodes <= 1:
+            units.append([host])
+            placed.add(host)
+            continue
+        try:
+            members = _topology.check_group(nnodes, own.get("group"), groups, host)
+            rank_of = _topology.ranks(members, dict(
+                (m, (settings.get(m) or {}).get("rank")) for m in members))
+        except _topology.TopologyError as exc:
+            problems.append("%s: %s" % (host, exc))
+            continue
+        missing = [m for m in members if m not in hosts]
+        if missing:
+            problems.append("tune_hosts: %s runs one server with %s, which is not a trial host: "
+                            "give every host of group %s or none" % (host, ", ".join(missing),
+                                                                      own.get("group")))
+            placed.update(members)
+            continue
+        units.append(sorted(members, key=lambda m: rank_of[m]))
+        placed.update(members)
     return units, problems
 
 
@@ -134,8 +178,9 @@ def next_round(candidates, knobs, preflight, journal_path, hosts, budget=0, meth
     trials = _journal.read(journal_path)
     measured = measured_of(judged, trials, slo)
     result = _search.plan(judged, knobs, measured, units, budget, method)
-    assignment = {}
+    assignment, leads = {}, []
     for unit, pick in zip(units, result["picks"]):
+        leads.append(unit[0])
         for host in unit:
             assignment[host] = pick
     left = dict((e["id"], e["reason"]) for e in result["left_out"])
@@ -155,7 +200,7 @@ def next_round(candidates, knobs, preflight, journal_path, hosts, budget=0, meth
                for c in judged if c["verdict"] != _verdict.OK]
     return {
         "candidates": judged, "knobs": list(knobs), "space_size": len(judged),
-        "assignment": assignment, "done": not chosen, "method": result["method"],
+        "assignment": assignment, "leads": leads, "done": not chosen, "method": result["method"],
         "phase": result["phase"], "left_out": result["left_out"], "refused": refused,
         "measured": result["measured"], "budget_left": result["budget_left"],
         "best": result["best"], "rounds_left": result["rounds_left"], "slo": slo,

@@ -262,10 +262,57 @@ def test_next_round_puts_it_together(tmp_path):
     assert a["h1"]["id"] == "c01-tp8" and a["h2"]["id"] == a["h3"]["id"] == "c02-tp8"
     assert a["h1"]["fingerprint"] != a["h2"]["fingerprint"]
     assert a["h1"]["gpus"] == {"name": fleet.gpu["name"], "count": 8, "used": 8}
+    # each unit is measured and journaled on its first host (a multi-node server's rank 0)
+    assert out["leads"] == ["h1", "h2"]
     with pytest.raises(tune_plan.PlanError) as err:
         tune_plan.next_round(exp["candidates"], None, pre, None, ["h1", "h1"], -1, "best", {"x": 1})
     for needle in ("h1 listed twice", "tune_budget", "tune_method", "unknown keys x"):
         assert needle in str(err.value)
+
+
+# ------------------------------------------------------------------------- trial units
+
+GROUPS = {"tp16": ["m1", "m2"], "tp16b": ["n1", "n2"], "all": ["a", "m1", "m2", "n1", "n2", "b"]}
+
+
+def _settings(**ranks):
+    out = {"a": {}, "b": {"nnodes": 1}}
+    for host, group in (("m1", "tp16"), ("m2", "tp16"), ("n1", "tp16b"), ("n2", "tp16b")):
+        out[host] = {"nnodes": 2, "group": group, "rank": ranks.get(host)}
+    return out
+
+
+def test_a_multi_node_server_is_one_trial_unit_rank_0_first():
+    units, problems = tune_plan.trial_units(["a", "m1", "m2", "b"], _settings(), GROUPS)
+    assert problems == [] and units == [["a"], ["m1", "m2"], ["b"]]
+    # declared ranks order the unit, whatever the play's order
+    units, problems = tune_plan.trial_units(["m1", "m2", "a"], _settings(m1=1, m2=0), GROUPS)
+    assert problems == [] and units == [["m2", "m1"], ["a"]]
+    # the control: single-host servers only, every host a unit of its own
+    units, _ = tune_plan.trial_units(["a", "b"], _settings(), GROUPS)
+    assert units == [["a"], ["b"]]
+
+
+def test_a_multi_node_server_only_partly_on_trial_is_refused_naming_it():
+    units, problems = tune_plan.trial_units(["a", "m1", "n1", "n2"], _settings(), GROUPS)
+    assert units == [["a"], ["n1", "n2"]]
+    assert len(problems) == 1 and "m1 runs one server with m2" in problems[0]
+    assert "group tp16" in problems[0]
+    bad = dict(_settings(), m1={"nnodes": 2, "group": "nogroup"})
+    _units, problems = tune_plan.trial_units(["m1"], bad, GROUPS)
+    assert problems and "needs server_node_group" in problems[0]
+
+
+def test_the_tune_units_filter_reads_the_inventory():
+    from ansible.errors import AnsibleFilterError
+    from ansible_collections.gpufleet.sglang.plugins.filter import tune as tune_filter
+    hostvars = {"a": {}, "m1": {"sglang_nnodes": 2, "sglang_server_group": "tp16"},
+                "m2": {"sglang_nnodes": 2, "sglang_server_group": "tp16", "sglang_node_rank": None}}
+    assert tune_filter.tune_units(["m1", "a", "m2"], hostvars, GROUPS) == [["m1", "m2"], "a"]
+    assert tune_filter.tune_units(["a"], hostvars, GROUPS) == ["a"]
+    with pytest.raises(AnsibleFilterError) as err:
+        tune_filter.tune_units(["m2", "a"], hostvars, GROUPS)
+    assert "m2 runs one server with m1" in str(err.value)
 
 
 # ----------------------------------------------------------------------------- frontier

@@ -77,15 +77,45 @@ def test_the_chart_draws_the_points_of_the_json(tuned):
     assert missed and all(p["meets_slo"] is False for p in missed)
 
 
-def _check_chart_module():
+def _scenario_module(name):
+    """A script of the tune scenario (extensions/molecule/tune/files/<name>.py) as a module."""
     import importlib.util  # pylint: disable=import-outside-toplevel
     import os  # pylint: disable=import-outside-toplevel
     here = os.path.dirname(os.path.abspath(__file__))
-    path = os.path.join(here, "..", "..", "..", "..", "..", "extensions", "molecule", "tune", "files", "check_chart.py")
-    spec = importlib.util.spec_from_file_location("check_chart", os.path.normpath(path))
+    path = os.path.join(here, "..", "..", "..", "..", "..", "extensions", "molecule", "tune", "files", name + ".py")
+    spec = importlib.util.spec_from_file_location(name, os.path.normpath(path))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _check_chart_module():
+    return _scenario_module("check_chart")
+
+
+def test_the_scenarios_router_watch_finds_a_trial_host_routed_during_its_trial():
+    """The tune scenario's router watch check: a look inside a trial's window that lists the
+    trial's host as routed is reported (with its time and trial); the same host draining, or
+    routed after its trial, is not; a look that failed counts apart."""
+    watch = _scenario_module("router_watch_check")
+    urls = {"h1": "http://a:1", "h2": "http://b:1/"}
+    trials = [{"host": "h1", "id": "c01-ep8", "start": 10.0, "end": 20.0}]
+
+    def look(t, *rows):
+        return {"t": t, "workers": [{"url": u, "healthy": True, "status": s} for u, s in rows]}
+    looks = [look(5, ("http://a:1", "ready"), ("http://b:1", "ready")),
+             look(12, ("http://a:1", "draining"), ("http://b:1", "ready")),
+             look(15, ("http://b:1", "ready")),
+             {"t": 16, "error": "refused"},
+             look(25, ("http://a:1", "ready"), ("http://b:1", "ready"))]
+    out = watch.check(looks, trials, urls, 1)
+    assert out["trial_host_routed"] == [] and out["looks_in_trials"] == 2
+    assert out["fewest_routed_in_trials"] == 1 and out["looks_failed"] == 1
+    assert out["hosts_seen_routed"] == ["h1", "h2"]
+    # the control: the trial host routed in the middle of its trial is found
+    looks[2] = look(15, ("http://a:1", "ready"), ("http://b:1", "ready"))
+    out = watch.check(looks, trials, urls, 1)
+    assert out["trial_host_routed"] == [{"t": 15, "host": "h1", "trial": "c01-ep8"}]
 
 
 def test_the_scenarios_chart_check_reads_a_point_under_the_winners_star_as_covered(tmp_path, monkeypatch, capsys):
