@@ -28,7 +28,8 @@ LAYOUT_KEYS = ("tp", "pp", "ep", "dp")
 DOCUMENTATION_URL = "https://example.invalid/gpufleet/sglang/blob/main/docs/hardening.md"
 
 RECORD_KEYS = ("strategy", "layout", "release", "argv", "unit_sha1", "env_sha1", "service", "port",
-               "deployed_at", "run_sha256", "run_spec_version", "pending", "pending_pid")
+               "deployed_at", "run_sha256", "run_spec_version", "pending", "pending_pid",
+               "restart_owed_pid")
 
 
 def systemd_arg(value):
@@ -297,12 +298,17 @@ def plan(installed_unit, installed_env, new_unit, new_env, env_path, release, re
     out["install"] = files["unit_changed"] or files["env_changed"]
     if not files["has_last_good"]:
         out.update(restart=True, action="install", run_changes=[], reload=[], pending=[],
-                   applied=[], pending_pid=None, previous_from=None)
+                   applied=[], pending_pid=None, previous_from=None,
+                   restart_owed_pid=main_pid)
         return out
     old_digest, old_spec, source = installed_run(rec, installed_unit, installed_env, env_path)
     out["previous_from"] = source
     changes = [] if old_digest == out["run_sha256"] else (
         _unit_spec.run_changes(old_spec, new_spec) or ["recorded run spec"])
+    if not changes and restart_owed(rec, main_pid):
+        # the files were installed for a restart that never came (the controller stopped
+        # between the install and the handler): the process that runs is the old one
+        changes = ["restart owed since the last install (main PID %d still runs)" % main_pid]
     side = _unit_spec.side_changes(installed_unit, new_unit)
     pending = sorted(set(pending_now(rec, main_pid)) | set(side[_unit_spec.PENDING] if main_pid else []))
     out["run_changes"] = changes
@@ -324,7 +330,18 @@ def plan(installed_unit, installed_env, new_unit, new_env, env_path, release, re
     out["applied"] = pending if out["restart"] else []
     out["pending"] = [] if out["restart"] else pending
     out["pending_pid"] = main_pid if out["pending"] else None
+    # the process the restart must replace; kept as it was when nothing restarts, so a
+    # no-op writes the same record
+    out["restart_owed_pid"] = main_pid if out["restart"] else (rec or {}).get("restart_owed_pid")
     return out
+
+
+def restart_owed(rec, main_pid):
+    """Whether the record says that the running process was to be restarted: the install
+    that needed the restart recorded this main PID (``restart_owed_pid``), and it still
+    runs. Once the restart happened (another PID), or nothing runs, nothing is owed."""
+    rec = rec if isinstance(rec, dict) else {}
+    return bool(main_pid) and rec.get("restart_owed_pid") == main_pid
 
 
 def summary(result):
@@ -405,6 +422,7 @@ def record(previous, p, unit_sha1, now, restarted, env_sha1=None, decision=None)
         "run_spec_version": _unit_spec.SPEC_VERSION,
         "pending": list((decision or {}).get("pending") or []),
         "pending_pid": (decision or {}).get("pending_pid"),
+        "restart_owed_pid": (decision or {}).get("restart_owed_pid"),
     }
     if p.get("server_args"):
         # the release's own derivation: what it changed against what was asked

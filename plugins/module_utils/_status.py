@@ -37,7 +37,7 @@ __metaclass__ = type
 import math
 import re
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils._server_unit import pending_now
+from ansible_collections.gpufleet.sglang.plugins.module_utils._server_unit import pending_now, restart_owed
 
 # SGLang's metric names (see the module docstring for where they are defined).
 METRICS = {
@@ -272,7 +272,9 @@ def row(host, record, props, now_monotonic_usec, readiness, metrics, drift_reaso
         "running": metrics.get("running"),
         "queued": metrics.get("queued"),
         "gen_throughput": metrics.get("gen_throughput"),
-        "drift": list(drift_reasons or []),
+        "drift": list(drift_reasons or []) + (
+            ["restart owed: the installed unit was never started (main PID %d runs the one "
+             "before it)" % pid] if restart_owed(record, pid) else []),
         "pending": pending_now(record, pid),
     }
     out["drifted"] = bool(out["drift"])

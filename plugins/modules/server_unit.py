@@ -43,8 +43,12 @@ description:
   - The deployment record (O(record_path), a local fact file) holds C(strategy),
     C(layout), C(release), C(argv), C(unit_sha1), C(env_sha1), C(service), C(port),
     C(deployed_at), C(run_sha256) (the digest of what runs, of C(run_spec_version)),
-    C(pending) and C(pending_pid) (the main PID that runs without them); C(deployed_at)
-    changes only when the server is (re)installed or restarted. A record without
+    C(pending) and C(pending_pid) (the main PID that runs without them), and
+    C(restart_owed_pid) (the main PID that a restart decided here is to replace); C(deployed_at)
+    changes only when the server is (re)installed or restarted.
+  - A restart is owed while the process of C(restart_owed_pid) still runs: the files were
+    installed for a restart that never came (the controller stopped between the install and
+    the handler), so the next run restarts although the installed files equal the new ones. A record without
     C(run_sha256) (written by 0.1.0), or one that no longer describes the installed
     files, is not used; what runs is then read from the installed unit and environment file.
 extends_documentation_fragment:
@@ -360,6 +364,7 @@ record:
     run_spec_version: 1
     pending: []
     pending_pid: null
+    restart_owed_pid: 81234
     service: sglang
     port: 30000
     deployed_at: "2025-01-31T12:00:00Z"

@@ -302,12 +302,13 @@ NOW = datetime.datetime(2025, 1, 31, 12, 0, 5, tzinfo=datetime.timezone.utc)
 def test_record_new():
     p = params(port=30000)
     rec = record(None, p, "abc", NOW, restarted=True, env_sha1="def",
-                 decision={"run_sha256": "f00", "pending": ["Service.PrivateMounts"], "pending_pid": 7})
+                 decision={"run_sha256": "f00", "pending": ["Service.PrivateMounts"], "pending_pid": 7,
+                           "restart_owed_pid": 6})
     assert rec == {
         "strategy": "tp8-ep8", "layout": LAYOUT, "release": "0.5.9", "argv": p["argv"],
         "unit_sha1": "abc", "env_sha1": "def", "service": "sglang", "port": 30000,
         "deployed_at": "2025-01-31T12:00:05Z", "run_sha256": "f00", "run_spec_version": 1,
-        "pending": ["Service.PrivateMounts"], "pending_pid": 7}
+        "pending": ["Service.PrivateMounts"], "pending_pid": 7, "restart_owed_pid": 6}
     assert tuple(sorted(rec)) == tuple(sorted(RECORD_KEYS))
 
 

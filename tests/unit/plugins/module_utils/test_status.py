@@ -200,6 +200,18 @@ def test_table_is_fixed_width():
     assert off.split() == ["h1", "ep8", "0.5.9", "-", "-", "NO", "-", "-", "-", "2026-12-01T00:50:00Z", "-", "no"]
 
 
+def test_a_restart_owed_is_drift_while_the_old_process_runs():
+    """Issue 22: the unit was installed for a restart that never came (the controller was
+    killed); the old process (1234) still runs: drift, named. Once another process runs,
+    no drift (the control)."""
+    record = dict(RECORD, restart_owed_pid=1234)
+    r = make_row(record=record)
+    assert r["drifted"] and not r["ok"]
+    assert r["drift"] == ["restart owed: the installed unit was never started (main PID 1234 runs "
+                          "the one before it)"]
+    assert make_row(record=record, props=dict(PROPS, MainPID="999"))["drift"] == []
+
+
 def test_row_pending_while_the_recorded_process_runs():
     """Issue 23: what the record says is pending, while its main PID (1234) still runs."""
     record = dict(RECORD, pending=["Service.PrivateMounts"], pending_pid=1234)

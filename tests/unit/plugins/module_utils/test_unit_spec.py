@@ -225,6 +225,34 @@ def test_apply_pending_restarts_what_is_pending_and_nothing_else():
     assert calm["restart"] is False and calm["action"] == "none"
 
 
+# ------------------------------------------------------------------ a restart owed
+def test_a_restart_the_controller_never_made_is_owed_while_the_old_process_runs():
+    """Issue 22's after_unit kill point: the new unit is installed and recorded, then the
+    controller dies before the handler restarts the server. The re-run finds the installed
+    files equal to the new ones; the record's restart_owed_pid (the process the restart
+    was to replace) still runs, so it restarts, once."""
+    old, new = params(), params(argv=["--model-path", "/models/x", "--tp-size", "8", "--ep-size", "8"])
+    old_unit, env = files(old)
+    new_unit, new_env = files(new)
+    switch = decide_between(old_unit, env, new_unit, new_env, rec={"release": "0.5.9"})
+    assert switch["restart"] is True and switch["restart_owed_pid"] == PID
+    rec = record(None, new, _server_unit._sha1(new_unit), "t", True,
+                 env_sha1=_server_unit._sha1(new_env), decision=switch)
+    assert rec["restart_owed_pid"] == PID
+    # killed before the restart: the same PID runs the old server
+    again = decide_between(new_unit, new_env, new_unit, new_env, rec=rec, main_pid=PID)
+    assert again["restart"] is True and again["action"] == "restart" and again["install"] is False
+    assert again["run_changes"] == ["restart owed since the last install (main PID %d still runs)" % PID]
+    # the control: once the restart happened (another PID), or nothing runs, nothing is owed,
+    # and the record stays as it was (a no-op writes the same record)
+    for pid in (PID + 1, None):
+        calm = decide_between(new_unit, new_env, new_unit, new_env, rec=rec, main_pid=pid)
+        assert calm["restart"] is False and calm["action"] == "none"
+        assert calm["restart_owed_pid"] == PID
+        assert record(rec, new, _server_unit._sha1(new_unit), "t2", False,
+                      env_sha1=_server_unit._sha1(new_env), decision=calm) == rec
+
+
 # ------------------------------------------------------------------ the record's digest
 def test_the_records_digest_is_used_when_it_describes_the_files():
     p = params()

@@ -166,7 +166,8 @@ def test_first_install(run_module, host):
     rec = json.loads(host.record.read_text())
     assert rec == result["record"]
     assert set(rec) == {"strategy", "layout", "release", "argv", "unit_sha1", "env_sha1", "service", "port",
-                        "deployed_at", "run_sha256", "run_spec_version", "pending", "pending_pid"}
+                        "deployed_at", "run_sha256", "run_spec_version", "pending", "pending_pid",
+                        "restart_owed_pid"}
     assert len(rec["run_sha256"]) == 64 and rec["pending"] == [] and rec["pending_pid"] is None
     assert rec["unit_sha1"] == result["unit_sha1"] and rec["port"] == 30000 and rec["strategy"] == "tp8"
     assert rec["env_sha1"] == hashlib.sha1(env.encode()).hexdigest()
