@@ -49,7 +49,6 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import fnmatch
-import json
 import os
 import re
 
@@ -640,20 +639,22 @@ def spec_from_config(config, index=None):
 
 def load_model(path):
     """Read ``config.json`` (required) and ``model.safetensors.index.json`` from a directory."""
+    # imported here: the rest of this file is standard library only, because the Hub double
+    # loads it alone by path (tests/hub_double/hub_double.py config_total_size)
+    from ansible_collections.gpufleet.sglang.plugins.module_utils._files import load_json  # pylint: disable=import-outside-toplevel
+
     cfg_path = os.path.join(path, "config.json")
     if not os.path.isfile(cfg_path):
         raise CannotPlan("cannot plan: %s has no config.json" % path)
     try:
-        with open(cfg_path, "rb") as handle:
-            config = json.loads(handle.read().decode("utf-8"))
+        config = load_json(cfg_path)
     except (OSError, IOError, ValueError) as exc:
         raise CannotPlan("cannot plan: cannot read %s: %s" % (cfg_path, exc))
     index = None
     idx_path = os.path.join(path, "model.safetensors.index.json")
     if os.path.isfile(idx_path):
         try:
-            with open(idx_path, "rb") as handle:
-                index = json.loads(handle.read().decode("utf-8"))
+            index = load_json(idx_path)
         except (OSError, IOError, ValueError) as exc:
             raise CannotPlan("cannot plan: cannot read %s: %s" % (idx_path, exc))
     return spec_from_config(config, index)

@@ -11,7 +11,8 @@
 * :func:`read_json` / :func:`write_json`: JSON documents (sorted keys, newline at the end).
 * :func:`append_line`: one JSON line appended and fsynced (journals).
 * :func:`digest`: sha256 (or any hashlib name) of a file, read once in blocks; the
-  git blob sha1 with ``algorithm="git-sha1"``.
+  git blob sha1 with ``algorithm="git-sha1"``. :func:`hasher` is the hash object it
+  starts from, for bytes that are hashed as they stream by.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -24,6 +25,7 @@ import os
 import tempfile
 
 CHUNK = 1 << 20
+SHA256 = "sha256"
 GIT_SHA1 = "git-sha1"
 
 
@@ -79,11 +81,17 @@ def write_json(path, data, mode=0o644, owner=None, makedirs=False):
     return write_atomic(path, dumps(data), mode=mode, owner=owner)
 
 
+def load_json(path):
+    """The document at ``path`` (UTF-8); raises ``OSError`` when it cannot be read and
+    ``ValueError`` when it is not JSON (a caller that names the reason in its refusal)."""
+    with open(path, "rb") as handle:
+        return json.loads(handle.read().decode("utf-8"))
+
+
 def read_json(path, default=None):
     """The document at ``path``, or ``default`` when it is missing or not JSON."""
     try:
-        with open(path) as handle:
-            return json.load(handle)
+        return load_json(path)
     except (OSError, ValueError):
         return default
 
@@ -125,21 +133,30 @@ def read_lines(path):
     return out
 
 
+def hasher(algorithm, size):
+    """A fresh hash object for ``algorithm``: any hashlib name, or ``git-sha1`` (sha1 that
+    has already taken git's blob header ``blob <size>\\0``, so that the content of ``size``
+    bytes fed to it gives the git blob id)."""
+    if algorithm == GIT_SHA1:
+        hash_object = hashlib.sha1()
+        hash_object.update(b"blob %d\0" % size)
+        return hash_object
+    return hashlib.new(algorithm)
+
+
 def digest(path, algorithm="sha256", size=None):
     """Hex digest of the file at ``path``: any hashlib algorithm, or ``git-sha1`` (the git
     blob id: sha1 over ``blob <size>\\0`` and the content)."""
-    if algorithm == GIT_SHA1:
-        hasher = hashlib.sha1()
-        hasher.update(b"blob %d\0" % (os.path.getsize(path) if size is None else size))
-    else:
-        hasher = hashlib.new(algorithm)
+    if size is None and algorithm == GIT_SHA1:
+        size = os.path.getsize(path)
+    hash_object = hasher(algorithm, size)
     with open(path, "rb") as handle:
         while True:
             block = handle.read(CHUNK)
             if not block:
                 break
-            hasher.update(block)
-    return hasher.hexdigest()
+            hash_object.update(block)
+    return hash_object.hexdigest()
 
 
 def digest_bytes(data, algorithm="sha256"):

@@ -21,7 +21,7 @@ import shutil
 import tempfile
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils._command import CommandResult, run
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _gpu_env as env, _paths
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _files, _gpu_env as env, _paths
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _gpu_parse as parse
 from ansible_collections.gpufleet.sglang.plugins.module_utils._gpu_prereqs import (
     evaluate,
@@ -198,10 +198,8 @@ class Prober(object):
     @staticmethod
     def _remember(marker, cuda, arch):
         try:
-            os.makedirs(os.path.dirname(marker), exist_ok=True)
-            with open(marker, "w") as handle:
-                json.dump({"nvcc": cuda["nvcc"], "version": cuda["version"], "arch": arch}, handle)
-            return marker
+            return _files.write_json(marker, {"nvcc": cuda["nvcc"], "version": cuda["version"],
+                                              "arch": arch}, makedirs=True)
         except OSError:
             return None  # cache not writable: the next run compiles again
 

@@ -34,8 +34,10 @@ import os
 import sys
 import time
 
-SHA256 = "sha256"
-GIT_SHA1 = "git-sha1"
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _files, _waiter
+
+SHA256 = _files.SHA256
+GIT_SHA1 = _files.GIT_SHA1
 PIECE_MIN = 16 * 1024
 PIECE_MAX = 16 * 1024 * 1024
 PIECES_TARGET = 1024
@@ -64,13 +66,9 @@ class StreamHash(object):
     written (no read back). ``algo`` is sha256 or git-sha1 (git's blob header first)."""
 
     def __init__(self, algo, size, plen=None):
-        if algo == SHA256:
-            self.digest = hashlib.sha256()
-        elif algo == GIT_SHA1:
-            self.digest = hashlib.sha1()
-            self.digest.update(b"blob %d\0" % size)
-        else:
+        if algo not in (SHA256, GIT_SHA1):
             raise SwarmError("unknown digest algorithm %r: expected sha256 or git-sha1" % algo)
+        self.digest = _files.hasher(algo, size)
         self.size = size
         self.plen = plen or piece_length(size)
         self.piece = hashlib.sha1()
@@ -365,9 +363,9 @@ class Swarm(object):
                 self.session.remove_torrent(handle)
             except RuntimeError:
                 pass
-        deadline = time.time() + timeout
-        while time.time() < deadline and self.session.get_torrents():
-            time.sleep(0.1)
+        # the session lets go of the removed torrents (their files closed) within timeout
+        _waiter.wait(self.session.get_torrents, ready=lambda torrents: not torrents,
+                     timeout=timeout, interval=0.1)
         self.handles = {}
         self.session.pause()
         session, self.session = self.session, None
