@@ -30,6 +30,15 @@ PROGRESS_ARGS = dict(
     progress_path=dict(type="path"),
 )
 
+#: What the transfer's wait looks at besides the job (doc fragment gpufleet.sglang._model.watch).
+WATCH_ARGS = dict(
+    session=dict(type="str"),
+    published_path=dict(type="path"),
+    published_after=dict(type="int", default=0),
+    published_total=dict(type="int", default=0),
+    published_batch=dict(type="float", default=1.0),
+)
+
 
 def args(*specs, **own):
     """One argument spec: the shared ``specs`` and the module's ``own`` options."""

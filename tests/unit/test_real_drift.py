@@ -5,7 +5,7 @@ import importlib.util
 import json
 import os
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from ansible_collections.gpufleet.sglang.tests.paths import ROOT
 _SPEC = importlib.util.spec_from_file_location("gpufleet_real_drift", os.path.join(ROOT, "tests", "real", "drift.py"))
 drift = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(drift)

@@ -17,12 +17,12 @@ import time
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from ansible_collections.gpufleet.sglang.tests.paths import FIXTURES, ROOT, SGLANG_HELP as HELP
+
 EMU = os.path.join(ROOT, "tests", "emulator")
 SRC = os.path.join(EMU, "src")
-HELP = os.path.join(ROOT, "tests", "fixtures", "sglang-help")
 RELEASES = ("0.4.6.post5", "0.5.4.post3", "0.5.9", "0.5.23")
-MODEL = os.path.join(ROOT, "tests", "fixtures", "models", "moonshotai__Kimi-K2.5")
+MODEL = os.path.join(FIXTURES, "models", "moonshotai__Kimi-K2.5")
 
 sys.path.insert(0, SRC)
 from sglang._emulator import cli, layout as emu_layout, release as emu_release  # noqa: E402

@@ -7,10 +7,9 @@ import os
 import pytest
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _server_args_gate as gate
-from ansible_collections.gpufleet.sglang.tests.paths import FIXTURES as _FIXTURES
+from ansible_collections.gpufleet.sglang.tests.paths import FIXTURES
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-with open(os.path.join(_FIXTURES, "server-args", "server-args.json")) as _h:
+with open(os.path.join(FIXTURES, "server-args", "server-args.json")) as _h:
     FIXTURE = json.load(_h)
 
 

@@ -8,8 +8,9 @@ import sys
 
 import yaml
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
-HELP = os.path.join(ROOT, "tests", "fixtures", "sglang-help", "sglang-0.5.9.txt")
+from ansible_collections.gpufleet.sglang.tests.paths import ROOT, SGLANG_HELP
+
+HELP = os.path.join(SGLANG_HELP, "sglang-0.5.9.txt")
 
 OK_PREFLIGHT = {"version": "0.5.9", "argv": ["--tp-size", "8"], "gpus": {"count": 8, "name": "RTX"},
                 "layout": {"gpus": 8, "nnodes": 1},

@@ -1,4 +1,5 @@
-"""Helpers to run a module's main() in-process and catch its exit."""
+"""The one module harness of the unit tests (tests/unit/plugins: modules, module_utils,
+action and filter tests see it): run a module's main() in-process and catch its exit."""
 import json
 
 import pytest
