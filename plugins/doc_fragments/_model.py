@@ -10,7 +10,7 @@ __metaclass__ = type
 
 
 class ModuleDocFragment(object):
-    """Options the model step's modules share (their specs: module_utils/_model_args.py)."""
+    """Options the model step's modules share (their specs: module_utils/weights/_model_args.py)."""
 
     # The model directory a module works on (model_check, model_fetch).
     DOCUMENTATION = r"""

@@ -92,7 +92,9 @@ looks:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _model_args, _model_watch
+from ansible_collections.gpufleet.sglang.plugins.module_utils.weights import (
+    _model_args,
+    _model_watch)
 
 
 def main():

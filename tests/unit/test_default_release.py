@@ -8,7 +8,7 @@ import re
 
 import yaml
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils._inputs import NEWEST_TESTED_RELEASE
+from ansible_collections.gpufleet.sglang.plugins.module_utils.check._inputs import NEWEST_TESTED_RELEASE
 
 from ansible_collections.gpufleet.sglang.tests.paths import ROOT
 DEFAULTED = {

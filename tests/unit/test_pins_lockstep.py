@@ -87,7 +87,7 @@ def test_the_declared_size_is_what_the_capacity_model_reads_from_the_config():
         import hub_double
     finally:
         sys.path.pop(0)
-    from ansible_collections.gpufleet.sglang.plugins.module_utils._capacity_model import spec_from_config
+    from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare._capacity_model import spec_from_config
     for rel in HUB_INVENTORIES:
         settings = _hub_settings(rel)
         if settings.get("hub_declared_total_size") != "config":

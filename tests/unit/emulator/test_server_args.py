@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _server_args_gate as gate
+from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare import _server_args_gate as gate
 from ansible_collections.gpufleet.sglang.tests.paths import FIXTURES
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -8,8 +8,8 @@ import os
 import re
 import sys
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _monitoring as m
-from ansible_collections.gpufleet.sglang.plugins.module_utils._status import parse_exposition
+from ansible_collections.gpufleet.sglang.plugins.module_utils.monitoring import _monitoring as m
+from ansible_collections.gpufleet.sglang.plugins.module_utils.status._status import parse_exposition
 from ansible_collections.gpufleet.sglang.tests.paths import FIXTURES, ROOT
 
 sys.path.insert(0, os.path.join(ROOT, "tests", "unit", "emulator"))

@@ -9,7 +9,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.sglang.plugins.filter import bench as bench_filters
-from ansible_collections.gpufleet.sglang.plugins.module_utils._bench_report import png_size
+from ansible_collections.gpufleet.sglang.plugins.module_utils.bench._bench_report import png_size
 from ansible_collections.gpufleet.sglang.plugins.modules import bench_report
 
 from test_bench import DATA, FIXTURES, RUNS, rebuild_bench_parser

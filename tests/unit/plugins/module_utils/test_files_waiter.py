@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _files, _waiter
+from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _files, _waiter
 
 
 def test_write_atomic_replaces_whole_and_sets_mode(tmp_path):

@@ -5,7 +5,8 @@ import os
 
 import pytest
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _fanout, _files, _swarm
+from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _files
+from ansible_collections.gpufleet.sglang.plugins.module_utils.weights import _fanout, _swarm
 
 
 def test_piece_length_is_a_power_of_two_for_about_1024_pieces():

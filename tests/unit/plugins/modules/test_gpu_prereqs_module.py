@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _gpu_parse as parse
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _version
+from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare import _gpu_parse as parse
+from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _version
 from ansible_collections.gpufleet.sglang.plugins.modules import gpu_prereqs
 from ansible_collections.gpufleet.sglang.tests.paths import FAKES
 SETS = os.path.join(FAKES, "nvidia-smi-sets")

@@ -21,7 +21,7 @@ RUN = {"concurrency": 4, "output_tok_s": 800, "mean_tpot_ms": 20, "p99_tpot_ms":
 
 def play(tmp_path, check=False):
     sys.path.insert(0, os.path.join(ROOT, ".cache", "collections"))
-    from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_help import parse_help  # pylint: disable=import-outside-toplevel
+    from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare._sglang_help import parse_help  # pylint: disable=import-outside-toplevel
     with open(HELP) as handle:
         flags = parse_help(handle.read())["flags"]
     journal = str(tmp_path / "j" / "journal.jsonl")
