@@ -57,9 +57,9 @@ def test_bench_report_module_writes_md_json_png_once(run_module, tmp_path):
     with open(dest + ".json") as handle:
         assert json.load(handle)["refused"] == {"tp4": "doctor: 4 GPUs"}
     assert any("refused: doctor: 4 GPUs" in line for line in res["table"])
-    again, _ = run_module(bench_report, args)
+    again = run_module(bench_report, args)[0]
     assert not again["changed"]
-    latency, _ = run_module(bench_report, dict(args, objective="latency", _ansible_check_mode=True))
+    latency = run_module(bench_report, dict(args, objective="latency", _ansible_check_mode=True))[0]
     assert latency["winner"] == "ep8" and latency["changed"]  # would rewrite md/json
     with open(dest + ".md") as handle:
         assert "Winner (throughput)" in handle.read()  # check mode wrote nothing

@@ -8,11 +8,9 @@ import time
 
 import pytest
 
-
 from ansible_collections.gpufleet.sglang.plugins.modules import server_flags
 from ansible_collections.gpufleet.sglang.tests.doubles import install_venv_python
 from ansible_collections.gpufleet.sglang.tests.paths import SGLANG_HELP as FIXTURES
-
 
 
 class Fake:

@@ -13,11 +13,9 @@ import socket
 
 import pytest
 
-
 from ansible_collections.gpufleet.sglang.plugins.modules import server_preflight
 from ansible_collections.gpufleet.sglang.tests.doubles import install_venv_python
 from ansible_collections.gpufleet.sglang.tests.paths import FAKES, FIXTURES
-
 
 
 class Host:
