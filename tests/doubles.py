@@ -3,6 +3,8 @@
 ``ansible_collections.gpufleet.sglang.tests.doubles``."""
 
 import os
+import stat
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -33,3 +35,19 @@ def lstat_tree(root):
         for name in dirs + files:
             path = os.path.join(base, name)
             yield path, os.lstat(path)
+
+
+def install_venv_python(bin_dir):
+    """The one fake SGLang interpreter of the module tests (tests/fakes/venv-python), as
+    ``<bin_dir>/python`` run by this test's interpreter; returns its path. It answers the
+    release query, prints the --help fixture its ``state.json`` (beside it) names and plays
+    the release's argparse."""
+    from ansible_collections.gpufleet.sglang.tests.paths import FAKES  # pylint: disable=import-outside-toplevel
+
+    with open(os.path.join(FAKES, "venv-python"), encoding="utf-8") as handle:
+        text = "#!" + sys.executable + "\n" + handle.read().split("\n", 1)[1]
+    path = os.path.join(str(bin_dir), "python")
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    os.chmod(path, os.stat(path).st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return path

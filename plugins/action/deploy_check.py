@@ -11,8 +11,8 @@ import os
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _inputs
-from ansible_collections.gpufleet.sglang.plugins.module_utils._topology import (
+from ansible_collections.gpufleet.sglang.plugins.module_utils.check import _inputs
+from ansible_collections.gpufleet.sglang.plugins.module_utils.check._topology import (
     TopologyError,
     check_one_batch,
     plan as topology_plan,

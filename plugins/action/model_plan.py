@@ -12,7 +12,7 @@ import uuid
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _fanout
+from ansible_collections.gpufleet.sglang.plugins.module_utils.weights import _fanout
 
 
 class ActionModule(ActionBase):

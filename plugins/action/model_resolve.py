@@ -10,7 +10,7 @@ __metaclass__ = type
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _fanout, _model
+from ansible_collections.gpufleet.sglang.plugins.module_utils.weights import _fanout, _model
 
 
 class ActionModule(ActionBase):
@@ -39,7 +39,7 @@ class ActionModule(ActionBase):
                 return dict(result, failed=True, msg=str(error))
             result.update(commit=revision, manifest=manifest, hub_requests_made=False)
             return self._plan(result, args, manifest)
-        from ansible_collections.gpufleet.sglang.plugins.module_utils import _model_hub
+        from ansible_collections.gpufleet.sglang.plugins.module_utils.weights import _model_hub
         if _model.is_commit(revision) and not want_tree:
             result.update(commit=revision, manifest=None, hub_requests_made=False)
             return result

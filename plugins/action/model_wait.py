@@ -18,7 +18,7 @@ import time
 
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _waiter
+from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _waiter
 
 display = Display()
 

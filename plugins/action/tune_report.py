@@ -9,9 +9,9 @@ __metaclass__ = type
 
 import os
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _files
-from ansible_collections.gpufleet.sglang.plugins.module_utils._bench_tool import BenchError
-from ansible_collections.gpufleet.sglang.plugins.module_utils._bench_chart import matplotlib_error
+from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _files
+from ansible_collections.gpufleet.sglang.plugins.module_utils.bench._bench_tool import BenchError
+from ansible_collections.gpufleet.sglang.plugins.module_utils.bench._bench_chart import matplotlib_error
 from ansible_collections.gpufleet.sglang.plugins.module_utils.tune import journal as _journal
 from ansible_collections.gpufleet.sglang.plugins.module_utils.tune import metrics as _metrics
 from ansible_collections.gpufleet.sglang.plugins.module_utils.tune import report as _report

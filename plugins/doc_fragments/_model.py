@@ -10,7 +10,7 @@ __metaclass__ = type
 
 
 class ModuleDocFragment(object):
-    """Options the model step's modules share (their specs: module_utils/_model_args.py)."""
+    """Options the model step's modules share (their specs: module_utils/weights/_model_args.py)."""
 
     # The model directory a module works on (model_check, model_fetch).
     DOCUMENTATION = r"""
@@ -55,6 +55,33 @@ options:
   progress_path:
     description:
       - The transfer's progress file (JSON, one line of files, bytes, rate and ETA).
-      - M(gpufleet.sglang.model_fetch) writes it; M(gpufleet.sglang.model_wait) reads it.
+      - M(gpufleet.sglang.model_fetch) writes it; M(gpufleet.sglang.model_wait) reads it
+        (through M(gpufleet.sglang.model_watch) on the host).
     type: path
+"""
+
+    # What the transfer's wait looks at besides the job (model_wait, and model_watch, which
+    # does the looking on the host for it).
+    WATCH = r"""
+options:
+  session:
+    description: The step's swarm session id.
+    type: str
+  published_path:
+    description: The published journal of a swarm seed or holder (O(until=published)).
+    type: path
+  published_after:
+    description: Records of O(session) already handed out.
+    type: int
+    default: 0
+  published_total:
+    description: Records the feeder publishes in all (files that are not empty).
+    type: int
+    default: 0
+  published_batch:
+    description:
+      - Seconds new records are gathered before they are returned (unless all are out), so
+        that a burst of small files makes one wave.
+    type: float
+    default: 1.0
 """

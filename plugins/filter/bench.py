@@ -10,14 +10,14 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils._bench_tool import (
+from ansible_collections.gpufleet.sglang.plugins.module_utils.bench._bench_tool import (
     BenchError,
     aiperf_argv,
     bench_serving_argv,
     bench_serving_module,
     parse_result,
 )
-from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_help import (
+from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare._sglang_help import (
     HelpParseError,
     parse_help,
 )

@@ -8,7 +8,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _files
+from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _files
 
 
 def file_sha1(path):

@@ -9,7 +9,7 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils._monitoring import (
+from ansible_collections.gpufleet.sglang.plugins.module_utils.monitoring._monitoring import (
     MonitoringError,
     alert_rules,
     model_commit,

@@ -10,8 +10,8 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _router_fleet
-from ansible_collections.gpufleet.sglang.plugins.module_utils._router import (
+from ansible_collections.gpufleet.sglang.plugins.module_utils.router import _router_fleet
+from ansible_collections.gpufleet.sglang.plugins.module_utils.router._router import (
     RouterError,
     worker_urls,
 )

@@ -2,13 +2,13 @@
 # Copyright (c) gpufleet.sglang contributors
 # MIT License (see LICENSE)
 """Filter of playbooks/status.yml: the fleet table from every host's row and every
-router's worker list (the logic is in module_utils/_status_fleet.py)."""
+router's worker list (the logic is in module_utils/status/_status_fleet.py)."""
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _status_fleet
+from ansible_collections.gpufleet.sglang.plugins.module_utils.status import _status_fleet
 
 
 def status_fleet(hosts, hostvars, routers=None, by_host=None, status_var="__status",

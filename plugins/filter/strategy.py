@@ -9,11 +9,11 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils._strategy import (
+from ansible_collections.gpufleet.sglang.plugins.module_utils.check._strategy import (
     StrategyError,
     resolve,
 )
-from ansible_collections.gpufleet.sglang.plugins.module_utils._server_unit import (
+from ansible_collections.gpufleet.sglang.plugins.module_utils.rollout._server_unit import (
     systemd_arg as _systemd_arg,
 )
 

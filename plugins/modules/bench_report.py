@@ -117,9 +117,9 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _files
-from ansible_collections.gpufleet.sglang.plugins.module_utils._bench_tool import BenchError
-from ansible_collections.gpufleet.sglang.plugins.module_utils._bench_report import (
+from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _files
+from ansible_collections.gpufleet.sglang.plugins.module_utils.bench._bench_tool import BenchError
+from ansible_collections.gpufleet.sglang.plugins.module_utils.bench._bench_report import (
     render_json,
     render_markdown,
     summarize,
@@ -165,7 +165,7 @@ def main():
         dest = p["dest"]
         outputs = [(dest + ".md", to_bytes(markdown)), (dest + ".json", to_bytes(render_json(report)))]
         if p["chart"]:
-            from ansible_collections.gpufleet.sglang.plugins.module_utils._bench_chart import (
+            from ansible_collections.gpufleet.sglang.plugins.module_utils.bench._bench_chart import (
                 matplotlib_error,
                 render_png,
             )

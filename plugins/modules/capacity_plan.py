@@ -209,18 +209,18 @@ table:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils._capacity import (
+from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare._capacity import (
     CannotPlan,
     format_table,
     load_model,
     plan_model,
 )
-from ansible_collections.gpufleet.sglang.plugins.module_utils._gpu_doctor import Prober
-from ansible_collections.gpufleet.sglang.plugins.module_utils._preflight import (
+from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare._gpu_doctor import Prober
+from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare._preflight import (
     PreflightError,
     host_gpus,
 )
-from ansible_collections.gpufleet.sglang.plugins.module_utils._strategy import (
+from ansible_collections.gpufleet.sglang.plugins.module_utils.check._strategy import (
     StrategyError,
     parse_strategy,
     strategy_name,

@@ -125,7 +125,7 @@ seealso:
   - module: gpufleet.sglang.server_preflight
 notes:
   - The strategy and GPU-count rules are the collection's one strategy table
-    (C(plugins/module_utils/_strategy.py)).
+    (C(plugins/module_utils/check/_strategy.py)).
 """
 
 EXAMPLES = r"""

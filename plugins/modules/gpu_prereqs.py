@@ -179,8 +179,8 @@ commands:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _paths
-from ansible_collections.gpufleet.sglang.plugins.module_utils._gpu_doctor import doctor
+from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _paths
+from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare._gpu_doctor import doctor
 
 
 def main():

@@ -74,7 +74,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _model, _model_args
+from ansible_collections.gpufleet.sglang.plugins.module_utils.weights import _model, _model_args
 
 
 def deep_check(module, path, commit, workers):

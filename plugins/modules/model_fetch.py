@@ -192,9 +192,10 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _command, _files, _model
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _model_args, _model_hub
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _swarm, _swarm_step
+from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _command, _files
+from ansible_collections.gpufleet.sglang.plugins.module_utils.weights import _model
+from ansible_collections.gpufleet.sglang.plugins.module_utils.weights import _model_args, _model_hub
+from ansible_collections.gpufleet.sglang.plugins.module_utils.weights import _swarm, _swarm_step
 
 RSYNC_RECEIVED = re.compile(r"Total bytes received:\s*([\d,]+)")
 

@@ -72,7 +72,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _files
+from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _files
 
 
 def main():

@@ -22,6 +22,7 @@ description:
   - Returns the transfer's own result when it ends (failed when it failed).
 extends_documentation_fragment:
   - gpufleet.sglang._model.progress
+  - gpufleet.sglang._model.watch
   - gpufleet.sglang._attributes
   - gpufleet.sglang._attributes.info_module
 options:
@@ -46,26 +47,6 @@ options:
     type: str
     choices: [finished, published, complete]
     default: finished
-  published_path:
-    description: The published journal of a swarm seed or holder (O(until=published)).
-    type: path
-  published_after:
-    description: Records of O(session) already handed out.
-    type: int
-    default: 0
-  published_total:
-    description: Records the feeder publishes in all (files that are not empty).
-    type: int
-    default: 0
-  published_batch:
-    description:
-      - Seconds new records are gathered before they are returned (unless all are out), so
-        that a burst of small files makes one wave.
-    type: float
-    default: 1.0
-  session:
-    description: The step's swarm session id.
-    type: str
 seealso:
   - module: gpufleet.sglang.model_fetch
   - module: gpufleet.sglang.model_watch

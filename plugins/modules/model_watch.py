@@ -22,6 +22,8 @@ description:
   - One run of this module replaces the module runs per poll (async_status and slurp) that
     the wait used to make on every host, a few times a second.
 extends_documentation_fragment:
+  - gpufleet.sglang._model.progress
+  - gpufleet.sglang._model.watch
   - gpufleet.sglang._attributes
   - gpufleet.sglang._attributes.info_module
 options:
@@ -38,27 +40,6 @@ options:
     type: str
     choices: [finished, published, complete]
     default: finished
-  progress_path:
-    description: The transfer's progress file.
-    type: path
-  session:
-    description: The step's swarm session id.
-    type: str
-  published_path:
-    description: The published journal of a swarm seed or holder (O(until=published)).
-    type: path
-  published_after:
-    description: Records of O(session) already handed out.
-    type: int
-    default: 0
-  published_total:
-    description: Records the feeder publishes in all.
-    type: int
-    default: 0
-  published_batch:
-    description: Seconds new records are gathered before they are returned (unless all are out).
-    type: float
-    default: 1.0
 seealso:
   - module: gpufleet.sglang.model_wait
 """
@@ -111,21 +92,18 @@ looks:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _model_watch
+from ansible_collections.gpufleet.sglang.plugins.module_utils.weights import (
+    _model_args,
+    _model_watch)
 
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(
+        argument_spec=_model_args.args(
+            _model_args.PROGRESS_ARGS, _model_args.WATCH_ARGS,
             job_path=dict(type="path", required=True),
             window=dict(type="float", required=True),
             until=dict(type="str", choices=list(_model_watch.UNTIL), default="finished"),
-            progress_path=dict(type="path"),
-            session=dict(type="str"),
-            published_path=dict(type="path"),
-            published_after=dict(type="int", default=0),
-            published_total=dict(type="int", default=0),
-            published_batch=dict(type="float", default=1.0),
         ),
         required_if=[("until", "published", ("published_path", "session")),
                      ("until", "complete", ("progress_path", "session"))],

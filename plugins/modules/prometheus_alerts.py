@@ -88,7 +88,7 @@ import urllib.error
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import open_url
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils._monitoring import (
+from ansible_collections.gpufleet.sglang.plugins.module_utils.monitoring._monitoring import (
     MonitoringError,
     firing_alerts,
 )

@@ -63,7 +63,7 @@ options:
   disk_check:
     description:
       - Refuse to create a venv of a release whose measured size (the collection's table,
-        C(plugins/module_utils/_venv.py) C(VENV_MIB)) is more than O(root) has free. Only
+        C(plugins/module_utils/prepare/_venv.py) C(VENV_MIB)) is more than O(root) has free. Only
         checked when O(packages) pin C(sglang==<release>) and the venv does not exist yet.
     type: bool
     default: true
@@ -200,8 +200,8 @@ missing_wheels:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _command, _files
-from ansible_collections.gpufleet.sglang.plugins.module_utils._venv import (
+from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _command, _files
+from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare._venv import (
     disk_refusal,
     needs_install,
     pip_argv,

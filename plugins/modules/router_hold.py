@@ -88,9 +88,9 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _files
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _paths
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _router_fleet
+from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _files
+from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _paths
+from ansible_collections.gpufleet.sglang.plugins.module_utils.router import _router_fleet
 
 
 def read_marker(path):

@@ -90,8 +90,9 @@ help_flags:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _command, _router
-from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_help import (
+from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _command
+from ansible_collections.gpufleet.sglang.plugins.module_utils.router import _router
+from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare._sglang_help import (
     HelpParseError,
     alias_index,
     parse_help,

@@ -216,8 +216,8 @@ import urllib.error
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import open_url
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _router
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _router_fleet
+from ansible_collections.gpufleet.sglang.plugins.module_utils.router import _router
+from ansible_collections.gpufleet.sglang.plugins.module_utils.router import _router_fleet
 
 
 def fetch(method, url, body, headers, timeout):

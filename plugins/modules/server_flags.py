@@ -168,9 +168,10 @@ translations:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _paths, _sglang_probe as probe
-from ansible_collections.gpufleet.sglang.plugins.module_utils._command import failure_payload
-from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_argv import (
+from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _paths
+from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare import _sglang_probe as probe
+from ansible_collections.gpufleet.sglang.plugins.module_utils.common._command import failure_payload
+from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare._sglang_argv import (
     ArgvError,
     missing,
     render_argv,

@@ -274,13 +274,14 @@ results:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _paths, _port_owner
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _server_args_gate as sa_gate
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _sglang_probe as probe
-from ansible_collections.gpufleet.sglang.plugins.module_utils._command import failure_payload, run
-from ansible_collections.gpufleet.sglang.plugins.module_utils._gpu_doctor import Prober, doctor, refusal
-from ansible_collections.gpufleet.sglang.plugins.module_utils._inputs import is_unset
-from ansible_collections.gpufleet.sglang.plugins.module_utils._preflight import (
+from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _paths
+from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare import _port_owner
+from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare import _server_args_gate as sa_gate
+from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare import _sglang_probe as probe
+from ansible_collections.gpufleet.sglang.plugins.module_utils.common._command import failure_payload, run
+from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare._gpu_doctor import Prober, doctor, refusal
+from ansible_collections.gpufleet.sglang.plugins.module_utils.check._inputs import is_unset
+from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare._preflight import (
     PreflightError,
     check_model_dir,
     fit_layout,
@@ -288,7 +289,7 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils._preflight import 
     judge_plan,
     plan as plan_memory,
 )
-from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_argv import (
+from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare._sglang_argv import (
     ArgvError,
     missing,
     render_argv,

@@ -209,10 +209,11 @@ import urllib.request
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_text
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _command, _files, _paths, _port_owner
-from ansible_collections.gpufleet.sglang.plugins.module_utils._health import parse_unit_show, readiness_path
-from ansible_collections.gpufleet.sglang.plugins.module_utils._server_unit import parse_record, read_bytes
-from ansible_collections.gpufleet.sglang.plugins.module_utils._status import (
+from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _command, _files, _paths
+from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare import _port_owner
+from ansible_collections.gpufleet.sglang.plugins.module_utils.rollout._health import parse_unit_show, readiness_path
+from ansible_collections.gpufleet.sglang.plugins.module_utils.rollout._server_unit import parse_record, read_bytes
+from ansible_collections.gpufleet.sglang.plugins.module_utils.status._status import (
     UNREADABLE,
     drift,
     row,

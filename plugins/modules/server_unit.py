@@ -392,8 +392,8 @@ import tempfile
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes, to_text
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _command, _files, _paths
-from ansible_collections.gpufleet.sglang.plugins.module_utils._server_unit import (
+from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _command, _files, _paths
+from ansible_collections.gpufleet.sglang.plugins.module_utils.rollout._server_unit import (
     account_settings,
     decide,
     mask_env,

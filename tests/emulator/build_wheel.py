@@ -8,7 +8,7 @@ Distribution ``sglang``, version = the emulated release. The wheel holds:
 - that release's captured help text(s) and argparse dump from
   ``tests/fixtures/sglang-help``, as package data (``sglang/_emulator/data/``);
 - the collection's capacity model, vendored as ``sglang/_emulator/_vendor/``:
-  ``plugins/module_utils/_capacity.py`` and every module_utils file it imports,
+  ``plugins/module_utils/prepare/_capacity.py`` and every module_utils file it imports,
   transitively. ``sglang/_emulator/_vendor/__init__.py`` finds those files
   (``closure``) and rewrites their collection imports (``rewrite_source``), so hosts
   without the collection can size memory with the planner's own code.
@@ -83,7 +83,13 @@ def _vendor_files():
 
 
 def _read_module_util(name):
-    with open(os.path.join(MODULE_UTILS, name + ".py"), encoding="utf-8") as fh:
+    spec = importlib.util.spec_from_file_location("_sglang_emulator_vendor", VENDOR_INIT)
+    vendor = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(vendor)
+    path = vendor.find(MODULE_UTILS, name)
+    if path is None:
+        raise SystemExit("no module_utils file %s.py under %s" % (name, MODULE_UTILS))
+    with open(path, encoding="utf-8") as fh:
         return fh.read()
 
 

@@ -467,7 +467,7 @@ def config_total_size(config_json, module_utils=MODULE_UTILS):
     tiny stand-in shards."""
     import importlib.util
     spec = importlib.util.spec_from_file_location(
-        "_gpufleet_capacity_model", os.path.join(module_utils, "_capacity_model.py"))
+        "_gpufleet_capacity_model", os.path.join(module_utils, "prepare", "_capacity_model.py"))
     model = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(model)
     if isinstance(config_json, bytes):

@@ -36,9 +36,9 @@ ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, ".cache", "collections"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "fixtures", "server-args"))
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _server_args_gate as gate  # noqa: E402
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _venv  # noqa: E402
-from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_help import parse_help  # noqa: E402
+from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare import _server_args_gate as gate  # noqa: E402
+from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare import _venv  # noqa: E402
+from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare._sglang_help import parse_help  # noqa: E402
 
 #: The layouts of the issue: tp8, pp8, ep8, ep4 and one with DP attention.
 CASES = ("tp8", "pp8", "ep8", "ep4", "tp8-dp8")

@@ -8,9 +8,9 @@ import re
 
 import yaml
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils._inputs import NEWEST_TESTED_RELEASE
+from ansible_collections.gpufleet.sglang.plugins.module_utils.check._inputs import NEWEST_TESTED_RELEASE
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from ansible_collections.gpufleet.sglang.tests.paths import ROOT
 DEFAULTED = {
     "server": "server_release",
     "venv": "venv_release",

@@ -14,7 +14,7 @@ import re
 
 import yaml
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from ansible_collections.gpufleet.sglang.tests.paths import ROOT
 TOPS = ("playbooks", "roles")
 EXEMPT = "jinja-chain:"
 

@@ -8,7 +8,7 @@ import re
 
 import yaml
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _paths
+from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _paths
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OWNED = {
@@ -76,7 +76,7 @@ def test_every_spelled_out_host_path_is_one_of_paths():
     allowed = tuple(OWNED.values())
     stray = []
     for path in _yaml_and_python_files():
-        if path.endswith(os.path.join("module_utils", "_paths.py")):
+        if path.endswith(os.path.join("module_utils", "common", "_paths.py")):
             continue
         with open(path, encoding="utf-8") as handle:
             for found in SPELLED.findall(handle.read()):

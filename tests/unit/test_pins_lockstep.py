@@ -17,9 +17,8 @@ import re
 import sys
 
 import yaml
-from ansible_collections.gpufleet.sglang.tests.paths import FIXTURES as _FIXTURES
+from ansible_collections.gpufleet.sglang.tests.paths import FIXTURES, ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HUB_INVENTORIES = {
     # file -> where its Hub settings live in it (None: the file's top level)
     "inventories/local/hosts.yml": ("all", "vars"),
@@ -70,7 +69,7 @@ def test_each_hub_inventory_names_what_hub_yml_reads_in_names_and_ports_of_its_o
     for rel in HUB_INVENTORIES:
         settings = _hub_settings(rel)
         assert needed <= set(settings), (rel, sorted(needed - set(settings)))
-        fixture = os.path.join(_FIXTURES, "models", settings["hub_config_fixture"])
+        fixture = os.path.join(FIXTURES, "models", settings["hub_config_fixture"])
         assert os.path.isfile(os.path.join(fixture, "config.json")), (rel, fixture)
         assert settings["hub_container"] not in seen_names, (rel, seen_names)
         seen_names[settings["hub_container"]] = rel
@@ -88,12 +87,12 @@ def test_the_declared_size_is_what_the_capacity_model_reads_from_the_config():
         import hub_double
     finally:
         sys.path.pop(0)
-    from ansible_collections.gpufleet.sglang.plugins.module_utils._capacity_model import spec_from_config
+    from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare._capacity_model import spec_from_config
     for rel in HUB_INVENTORIES:
         settings = _hub_settings(rel)
         if settings.get("hub_declared_total_size") != "config":
             continue
-        path = os.path.join(_FIXTURES, "models", settings["hub_config_fixture"], "config.json")
+        path = os.path.join(FIXTURES, "models", settings["hub_config_fixture"], "config.json")
         with open(path, "rb") as handle:
             config = handle.read()
         expected = spec_from_config(json.loads(config.decode("utf-8"))).total_bytes()

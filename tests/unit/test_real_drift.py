@@ -5,7 +5,7 @@ import importlib.util
 import json
 import os
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from ansible_collections.gpufleet.sglang.tests.paths import ROOT
 _SPEC = importlib.util.spec_from_file_location("gpufleet_real_drift", os.path.join(ROOT, "tests", "real", "drift.py"))
 drift = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(drift)
@@ -84,7 +84,7 @@ def test_the_emulator_readme_lists_its_known_drift_with_reasons():
 
 
 def test_a_venv_larger_than_the_measured_size_asks_for_a_new_number():
-    from ansible_collections.gpufleet.sglang.plugins.module_utils import _venv
+    from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare import _venv
     known = _venv.VENV_MIB["0.5.23"]
     ok = drift.build_report("0.5.23", _data(figures={"venv_mib": known}), FIXTURE, HELP, {})
     assert ok["fixture"] == []

@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from ansible_collections.gpufleet.sglang.tests.paths import ROOT
 SCRIPT = os.path.join(ROOT, "roles", "server", "files", "secret_exec.py")
 KEY = "sk-test-Qw9rT7ZpLx"
 

@@ -5,6 +5,8 @@ import os
 
 import pytest
 
+from ansible_collections.gpufleet.sglang.tests.paths import ROOT
+
 _SPEC = importlib.util.spec_from_file_location(
     "gpufleet_tests_conftest", os.path.join(os.path.dirname(os.path.dirname(__file__)), "conftest.py"))
 conftest = importlib.util.module_from_spec(_SPEC)
@@ -76,7 +78,6 @@ def test_every_molecule_scenario_is_found():
                                                "test_molecule.py"))
     stage = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(stage)
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    on_disk = sorted(d for d in os.listdir(os.path.join(root, "extensions", "molecule"))
-                     if os.path.isfile(os.path.join(root, "extensions", "molecule", d, "molecule.yml")))
+    on_disk = sorted(d for d in os.listdir(os.path.join(ROOT, "extensions", "molecule"))
+                     if os.path.isfile(os.path.join(ROOT, "extensions", "molecule", d, "molecule.yml")))
     assert stage.scenarios() == on_disk and "deploy" in on_disk

@@ -14,7 +14,7 @@ __metaclass__ = type  # pylint: disable=invalid-name
 import json
 import time
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _files
+from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _files
 
 VERSION = 1
 KIND = "trial"

@@ -15,7 +15,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type  # pylint: disable=invalid-name
 
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _bench_tool
+from ansible_collections.gpufleet.sglang.plugins.module_utils.bench import _bench_tool
 
 SLO_KEYS = ("ttft_p99_ms", "tpot_p99_ms")
 

@@ -11,7 +11,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type  # pylint: disable=invalid-name
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _topology
+from ansible_collections.gpufleet.sglang.plugins.module_utils.check import _topology
 from ansible_collections.gpufleet.sglang.plugins.module_utils.tune import journal as _journal
 from ansible_collections.gpufleet.sglang.plugins.module_utils.tune import metrics as _metrics
 from ansible_collections.gpufleet.sglang.plugins.module_utils.tune import search as _search

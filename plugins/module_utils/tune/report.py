@@ -14,8 +14,8 @@ __metaclass__ = type  # pylint: disable=invalid-name
 
 import io
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils._bench_tool import finite
-from ansible_collections.gpufleet.sglang.plugins.module_utils._bench_report import (
+from ansible_collections.gpufleet.sglang.plugins.module_utils.bench._bench_tool import finite
+from ansible_collections.gpufleet.sglang.plugins.module_utils.bench._bench_report import (
     png_size,
     render_json,
 )

@@ -13,9 +13,9 @@ __metaclass__ = type  # pylint: disable=invalid-name
 
 import itertools
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_argv import normalize_flag
-from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_help import resolve
-from ansible_collections.gpufleet.sglang.plugins.module_utils._strategy import (
+from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare._sglang_argv import normalize_flag
+from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare._sglang_help import resolve
+from ansible_collections.gpufleet.sglang.plugins.module_utils.check._strategy import (
     StrategyError,
     parse_strategy,
     strategy_name,

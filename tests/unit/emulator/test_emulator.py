@@ -17,12 +17,12 @@ import time
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from ansible_collections.gpufleet.sglang.tests.paths import FIXTURES, ROOT, SGLANG_HELP as HELP
+
 EMU = os.path.join(ROOT, "tests", "emulator")
 SRC = os.path.join(EMU, "src")
-HELP = os.path.join(ROOT, "tests", "fixtures", "sglang-help")
 RELEASES = ("0.4.6.post5", "0.5.4.post3", "0.5.9", "0.5.23")
-MODEL = os.path.join(ROOT, "tests", "fixtures", "models", "moonshotai__Kimi-K2.5")
+MODEL = os.path.join(FIXTURES, "models", "moonshotai__Kimi-K2.5")
 
 sys.path.insert(0, SRC)
 from sglang._emulator import cli, layout as emu_layout, release as emu_release  # noqa: E402
@@ -383,7 +383,7 @@ def test_api_key(emus):
 def test_log_lines_tell_the_load_phases(emus, release):
     """The emulator prints the release's own phase lines at the same points, and the
     collection's phase reader follows them."""
-    from ansible_collections.gpufleet.sglang.plugins.module_utils._load_phases import LoadProgress
+    from ansible_collections.gpufleet.sglang.plugins.module_utils.rollout._load_phases import LoadProgress
     e = emus(["--model-path", MODEL, "--tp", "8"], release,
              SGLANG_EMULATOR_LOAD_SECONDS="0.4", SGLANG_EMULATOR_CAPTURE_SECONDS="0.2")
     e.wait_ready()
@@ -408,7 +408,7 @@ def test_log_lines_tell_the_load_phases(emus, release):
 @pytest.mark.parametrize("fault, phase", [("hang-during-load", "loading"),
                                           ("hang-during-capture", "cuda_graphs")])
 def test_hang_faults_stop_in_their_phase(emus, fault, phase):
-    from ansible_collections.gpufleet.sglang.plugins.module_utils._load_phases import LoadProgress
+    from ansible_collections.gpufleet.sglang.plugins.module_utils.rollout._load_phases import LoadProgress
     e = emus(["--model-path", MODEL, "--tp", "8"], "0.5.9", SGLANG_EMULATOR_FAULT=fault,
              SGLANG_EMULATOR_LOAD_SECONDS="0.2")
     time.sleep(1.5)

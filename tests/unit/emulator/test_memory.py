@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _capacity as planner
+from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare import _capacity as planner
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -71,7 +71,7 @@ def fail_line(stderr, exc_name):
 def test_vendored_planner_is_the_collections_code():
     cap = _vendor.load()
     assert os.path.samefile(cap.__file__, os.path.join(ROOT, "plugins", "module_utils",
-                                                       "_capacity.py"))
+                                                       "prepare", "_capacity.py"))
     assert cap.plan_layout(cap.load_model(MODEL), {"tp": 8}, 8, RTX_MIB) == \
         planner.plan_layout(spec(), {"tp": 8}, 8, RTX_MIB)
 

@@ -8,7 +8,7 @@ import pytest
 
 from test_emulator import emus  # noqa: F401  pylint: disable=unused-import
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils._status import (
+from ansible_collections.gpufleet.sglang.plugins.module_utils.status._status import (
     parse_exposition,
     scheduler_metrics,
 )

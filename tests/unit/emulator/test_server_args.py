@@ -16,14 +16,15 @@ import sys
 
 import pytest
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _server_args_gate as gate
+from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare import _server_args_gate as gate
+from ansible_collections.gpufleet.sglang.tests.paths import FIXTURES
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from test_emulator import ROOT, SRC  # noqa: E402  pylint: disable=wrong-import-position
 from sglang._emulator import server_args as emu  # noqa: E402  pylint: disable=wrong-import-position
 
-with open(os.path.join(ROOT, "tests", "fixtures", "server-args", "server-args.json")) as _handle:
+with open(os.path.join(FIXTURES, "server-args", "server-args.json")) as _handle:
     FIXTURE = json.load(_handle)
 
 GPU = FIXTURE["gpu"]

@@ -4,18 +4,16 @@ import sys
 
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
-sys.path.insert(0, os.path.join(ROOT, "tests", "hub_double"))
+# the double's source (tests/hub_double); this conftest is imported before the collection's
+# import path is set up when pytest is given this directory, so it cannot import tests.paths
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "hub_double"))
 
 import hub_double  # noqa: E402
 
-CONFIG = os.path.join(ROOT, "tests", "fixtures", "models", "moonshotai__Kimi-K2.5", "config.json")
-
 
 @pytest.fixture
-def hub():
-    with open(CONFIG, "rb") as handle:
+def hub(fixtures_dir):
+    with open(os.path.join(fixtures_dir, "models", "moonshotai__Kimi-K2.5", "config.json"), "rb") as handle:
         files = hub_double.build_repo(handle.read(), shards=3, shard_size=256 * 1024)
     double = hub_double.HubDouble(hub_double.Repo(hub_double.REPO_ID, files)).start()
     yield double

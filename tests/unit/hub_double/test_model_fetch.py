@@ -6,7 +6,10 @@ import urllib.request
 
 import pytest
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _model, _model_hub, _swarm
+from ansible_collections.gpufleet.sglang.plugins.module_utils.weights import (
+    _model,
+    _model_hub,
+    _swarm)
 from hub_double import REPO_ID
 
 pytest.importorskip("huggingface_hub")

@@ -1,4 +1,4 @@
-"""The swarm step (module_utils/_swarm_step) on loopback: a seed that downloads from the Hub
+"""The swarm step (module_utils/weights/_swarm_step) on loopback: a seed that downloads from the Hub
 double hashing as it writes, two peers that get the records through their inbox, a holder
 that serves a verified copy, and a kill/resume. Needs libtorrent (skipped without it; the
 molecule scenario `model` runs it on the test hosts with Debian's python3-libtorrent)."""
@@ -8,8 +8,12 @@ import time
 
 import pytest
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import (
-    _files, _model, _model_hub, _swarm, _swarm_step)
+from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _files
+from ansible_collections.gpufleet.sglang.plugins.module_utils.weights import (
+    _model,
+    _model_hub,
+    _swarm,
+    _swarm_step)
 from hub_double import REPO_ID
 
 pytest.importorskip("huggingface_hub")

@@ -8,16 +8,15 @@ import os
 import re
 import sys
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _monitoring as m
-from ansible_collections.gpufleet.sglang.plugins.module_utils._status import parse_exposition
+from ansible_collections.gpufleet.sglang.plugins.module_utils.monitoring import _monitoring as m
+from ansible_collections.gpufleet.sglang.plugins.module_utils.status._status import parse_exposition
+from ansible_collections.gpufleet.sglang.tests.paths import FIXTURES, ROOT
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "unit", "emulator"))
 from test_emulator import emus  # noqa: E402,F401  pylint: disable=unused-import,wrong-import-position
 
 DASHBOARD = os.path.join(ROOT, "roles", "monitoring", "files", "sglang-fleet-dashboard.json")
-SMG = os.path.join(ROOT, "tests", "fixtures", "smg", "metric-names.txt")
+SMG = os.path.join(FIXTURES, "smg", "metric-names.txt")
 PROMETHEUS_OWN = {"up"}
 
 FUNCTIONS_AND_KEYWORDS = {

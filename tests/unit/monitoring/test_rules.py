@@ -8,7 +8,7 @@ import subprocess
 import pytest
 import yaml
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _monitoring as m
+from ansible_collections.gpufleet.sglang.plugins.module_utils.monitoring import _monitoring as m
 
 PROMTOOL = shutil.which("promtool")
 

@@ -19,10 +19,10 @@ import os
 
 import pytest
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _bench_report
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _bench_tool
-from ansible_collections.gpufleet.sglang.plugins.module_utils._bench_tool import BenchError
-from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_help import parse_help
+from ansible_collections.gpufleet.sglang.plugins.module_utils.bench import _bench_report
+from ansible_collections.gpufleet.sglang.plugins.module_utils.bench import _bench_tool
+from ansible_collections.gpufleet.sglang.plugins.module_utils.bench._bench_tool import BenchError
+from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare._sglang_help import parse_help
 from ansible_collections.gpufleet.sglang.tests.paths import FIXTURES as _FIXTURES
 
 
@@ -407,7 +407,7 @@ def test_json_report_is_strict():
 
 def test_chart_is_a_real_png():
     pytest.importorskip("matplotlib")
-    from ansible_collections.gpufleet.sglang.plugins.module_utils._bench_chart import render_png
+    from ansible_collections.gpufleet.sglang.plugins.module_utils.bench._bench_chart import render_png
     rep = _bench_report.summarize(RUNS, ["tp8", "pp8", "ep8", "ep4", "tp4"], {"tp4": "doctor: 4 GPUs"})
     data = render_png(rep, width_in=8, height_in=5, dpi=100)
     assert data[:8] == b"\x89PNG\r\n\x1a\n"

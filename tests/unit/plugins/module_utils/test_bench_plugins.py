@@ -7,11 +7,9 @@ import os
 import pytest
 
 from ansible.errors import AnsibleFilterError
-from ansible.module_utils import basic
-from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.gpufleet.sglang.plugins.filter import bench as bench_filters
-from ansible_collections.gpufleet.sglang.plugins.module_utils._bench_report import png_size
+from ansible_collections.gpufleet.sglang.plugins.module_utils.bench._bench_report import png_size
 from ansible_collections.gpufleet.sglang.plugins.modules import bench_report
 
 from test_bench import DATA, FIXTURES, RUNS, rebuild_bench_parser
@@ -46,50 +44,22 @@ def test_bench_parse_filter():
         bench_filters.bench_parse("", "bench_serving", strategy="ep8")
 
 
-class _Exit(Exception):
-    pass
-
-
-@pytest.fixture
-def run_module(monkeypatch):
-    def leave(self, **kwargs):
-        kwargs["_failed"] = kwargs.get("failed", False)
-        raise _Exit(kwargs)
-
-    def fail(self, **kwargs):
-        kwargs["_failed"] = True
-        raise _Exit(kwargs)
-
-    monkeypatch.setattr(basic.AnsibleModule, "exit_json", leave)
-    monkeypatch.setattr(basic.AnsibleModule, "fail_json", fail)
-
-    def run(args):
-        with patch_module_args(args):
-            try:
-                bench_report.main()
-            except _Exit as done:
-                json.dumps(done.args[0])
-                return done.args[0]
-        raise AssertionError("no exit")
-    return run
-
-
 def test_bench_report_module_writes_md_json_png_once(run_module, tmp_path):
     pytest.importorskip("matplotlib")
     dest = str(tmp_path / "reports" / "compare-x")
     args = {"runs": RUNS, "refused": {"tp4": "doctor: 4 GPUs"}, "objective": "throughput",
             "strategies": ["tp8", "pp8", "ep8", "ep4", "tp4"], "dest": dest}
-    res = run_module(args)
-    assert not res["_failed"] and res["changed"] and res["winner"] == "ep8"
+    res, failed = run_module(bench_report, args)
+    assert not failed and res["changed"] and res["winner"] == "ep8"
     assert res["files"] == [dest + ".md", dest + ".json", dest + ".png"]
     with open(dest + ".png", "rb") as handle:
         assert png_size(handle.read()) == (800, 500)
     with open(dest + ".json") as handle:
         assert json.load(handle)["refused"] == {"tp4": "doctor: 4 GPUs"}
     assert any("refused: doctor: 4 GPUs" in line for line in res["table"])
-    again = run_module(args)
+    again = run_module(bench_report, args)[0]
     assert not again["changed"]
-    latency = run_module(dict(args, objective="latency", _ansible_check_mode=True))
+    latency = run_module(bench_report, dict(args, objective="latency", _ansible_check_mode=True))[0]
     assert latency["winner"] == "ep8" and latency["changed"]  # would rewrite md/json
     with open(dest + ".md") as handle:
         assert "Winner (throughput)" in handle.read()  # check mode wrote nothing

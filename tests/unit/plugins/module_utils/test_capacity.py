@@ -18,8 +18,8 @@ import time
 
 import pytest
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _capacity as cap
-from ansible_collections.gpufleet.sglang.plugins.module_utils._capacity import (
+from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare import _capacity as cap
+from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare._capacity import (
     GIB,
     CannotPlan,
     default_mem_fraction_static,
@@ -28,7 +28,7 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils._capacity import (
     plan_layout,
     spec_from_config,
 )
-from ansible_collections.gpufleet.sglang.plugins.module_utils._strategy import (
+from ansible_collections.gpufleet.sglang.plugins.module_utils.check._strategy import (
     StrategyError,
     check_fits,
 )

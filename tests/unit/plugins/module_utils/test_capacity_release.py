@@ -13,9 +13,9 @@ import os
 
 import pytest
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _capacity as cap
-from ansible_collections.gpufleet.sglang.plugins.module_utils._capacity_model import load_model
-from ansible_collections.gpufleet.sglang.plugins.module_utils._strategy import parse_strategy
+from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare import _capacity as cap
+from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare._capacity_model import load_model
+from ansible_collections.gpufleet.sglang.plugins.module_utils.check._strategy import parse_strategy
 from ansible_collections.gpufleet.sglang.tests.paths import FIXTURES as _FIXTURES
 
 HERE = os.path.dirname(os.path.abspath(__file__))

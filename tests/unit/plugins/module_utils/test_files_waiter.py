@@ -1,10 +1,11 @@
 """The one file helper and the one waiter."""
+import hashlib
 import json
 import os
 
 import pytest
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _files, _waiter
+from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _files, _waiter
 
 
 def test_write_atomic_replaces_whole_and_sets_mode(tmp_path):
@@ -72,6 +73,31 @@ def test_digest(tmp_path, algorithm, expected):
     assert _files.digest(path, algorithm) == expected
     if algorithm != "git-sha1":
         assert _files.digest_bytes(b"hello", algorithm) == expected
+
+
+def test_hasher_streams_to_the_digest_of_the_whole_file(tmp_path):
+    path = str(tmp_path / "h")
+    open(path, "wb").write(b"hello")
+    for algorithm in ("sha256", "git-sha1"):
+        hash_object = _files.hasher(algorithm, 5)
+        hash_object.update(b"he")
+        hash_object.update(b"llo")
+        assert hash_object.hexdigest() == _files.digest(path, algorithm)
+    # the control: without git's blob header the same bytes give plain sha1, not the blob id
+    assert _files.hasher("git-sha1", 5).hexdigest() != hashlib.sha1().hexdigest()
+    assert hashlib.sha1(b"hello").hexdigest() != _files.digest(path, "git-sha1")
+
+
+def test_load_json_names_the_reason_read_json_gives_the_default(tmp_path):
+    path = str(tmp_path / "d.json")
+    with pytest.raises(OSError):
+        _files.load_json(path)
+    open(path, "w").write("{torn")
+    with pytest.raises(ValueError):
+        _files.load_json(path)
+    assert _files.read_json(path, default={}) == {}  # the control: the forgiving reader
+    open(path, "w").write('{"a": 1}')
+    assert _files.load_json(path) == {"a": 1}
 
 
 class Clock(object):

@@ -14,10 +14,10 @@ import subprocess
 
 import pytest
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _gpu_env as env
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _gpu_parse as parse
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _gpu_prereqs as rules
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _version
+from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare import _gpu_env as env
+from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare import _gpu_parse as parse
+from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare import _gpu_prereqs as rules
+from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _version
 from ansible_collections.gpufleet.sglang.tests.paths import FIXTURES as _FIXTURES
 
 HERE = os.path.dirname(os.path.abspath(__file__))

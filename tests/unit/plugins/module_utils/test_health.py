@@ -1,6 +1,6 @@
 import pytest
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils._health import (
+from ansible_collections.gpufleet.sglang.plugins.module_utils.rollout._health import (
     info_paths,
     parse_unit_show,
     readiness_path,

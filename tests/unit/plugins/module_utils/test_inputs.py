@@ -3,8 +3,8 @@
 
 import pytest
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _inputs
-from ansible_collections.gpufleet.sglang.plugins.module_utils._inputs import MISSING, check_fields
+from ansible_collections.gpufleet.sglang.plugins.module_utils.check import _inputs
+from ansible_collections.gpufleet.sglang.plugins.module_utils.check._inputs import MISSING, check_fields
 
 GOOD = {
     "strategy": "pp8", "sglang_gpu_count": 8, "sglang_gpu_memory_mib": 97887,

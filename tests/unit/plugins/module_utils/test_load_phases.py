@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils._load_phases import (
+from ansible_collections.gpufleet.sglang.plugins.module_utils.rollout._load_phases import (
     LoadProgress,
     journal_message,
     journal_time,

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _fanout, _model
+from ansible_collections.gpufleet.sglang.plugins.module_utils.weights import _fanout, _model
 
 
 def test_git_blob_sha1_matches_git():
@@ -93,7 +93,7 @@ def test_rounds_needed_and_placement_time():
 
 
 def test_server_preflight_refuses_an_unverified_model_dir(tmp_path):
-    from ansible_collections.gpufleet.sglang.plugins.module_utils import _preflight
+    from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare import _preflight
     commit = "a" * 40
     (tmp_path / "config.json").write_text("{}")
     manifest = [{"path": "config.json", "size": 2, "algo": _model.GIT_SHA1,

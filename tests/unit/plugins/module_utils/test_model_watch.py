@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _files, _model_watch
+from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _files
+from ansible_collections.gpufleet.sglang.plugins.module_utils.weights import _model_watch
 
 
 @pytest.mark.parametrize("content,ended", [

@@ -2,7 +2,7 @@
 
 import pytest
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _monitoring as m
+from ansible_collections.gpufleet.sglang.plugins.module_utils.monitoring import _monitoring as m
 from ansible_collections.gpufleet.sglang.plugins.filter.monitoring import (
     monitoring_router_targets,
     monitoring_server_targets,
@@ -53,7 +53,7 @@ def test_one_target_per_server_rank0_only_with_labels():
 
 def test_same_rank0_as_the_router():
     """The targets are exactly the router's worker URLs (one helper picks both)."""
-    from ansible_collections.gpufleet.sglang.plugins.module_utils._router import worker_urls
+    from ansible_collections.gpufleet.sglang.plugins.module_utils.router._router import worker_urls
     groups, hostvars = fleet()
     out = m.server_targets(groups["sglang_servers"], groups, hostvars, "sglang_servers")
     urls = worker_urls(groups["sglang_servers"], groups, hostvars)
@@ -109,7 +109,7 @@ def test_model_commit_from_marker():
 def test_facts_read_the_model_steps_marker():
     """roles/monitoring/tasks/facts.yml names the marker file _model.MARKER names."""
     import os
-    from ansible_collections.gpufleet.sglang.plugins.module_utils._model import MARKER
+    from ansible_collections.gpufleet.sglang.plugins.module_utils.weights._model import MARKER
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
         os.path.dirname(os.path.abspath(__file__))))))
     with open(os.path.join(root, "roles", "monitoring", "tasks", "facts.yml")) as fh:

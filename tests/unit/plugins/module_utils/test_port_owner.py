@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _port_owner as po
+from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare import _port_owner as po
 
 HEADER = ("  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  "
           "timeout inode\n")

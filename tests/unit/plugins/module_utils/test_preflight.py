@@ -1,9 +1,9 @@
 # -*- coding: utf-8 -*-
-"""The host's GPUs and the layout for them (plugins/module_utils/_preflight.py)."""
+"""The host's GPUs and the layout for them (plugins/module_utils/prepare/_preflight.py)."""
 
 import pytest
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils._preflight import (
+from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare._preflight import (
     PreflightError,
     fit_layout,
     host_gpus,

@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _router as r
-from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_help import (
+from ansible_collections.gpufleet.sglang.plugins.module_utils.router import _router as r
+from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare._sglang_help import (
     alias_index,
     parse_help,
 )
@@ -316,7 +316,7 @@ def test_worker_urls_from_the_inventory():
 
 
 def test_converge_that_empties_the_router_ends_at_once():
-    from ansible_collections.gpufleet.sglang.plugins.module_utils import _router as r
+    from ansible_collections.gpufleet.sglang.plugins.module_utils.router import _router as r
 
     class One(object):
         api = "workers"

@@ -2,7 +2,7 @@
 held server, membership, the status rows."""
 import pytest
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _router_fleet as rf
+from ansible_collections.gpufleet.sglang.plugins.module_utils.router import _router_fleet as rf
 
 
 def test_every_router_of_the_group_in_order_with_its_port_and_never_its_key():

@@ -6,11 +6,10 @@ import os
 
 import pytest
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _server_args_gate as gate
-from ansible_collections.gpufleet.sglang.tests.paths import FIXTURES as _FIXTURES
+from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare import _server_args_gate as gate
+from ansible_collections.gpufleet.sglang.tests.paths import FIXTURES
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-with open(os.path.join(_FIXTURES, "server-args", "server-args.json")) as _h:
+with open(os.path.join(FIXTURES, "server-args", "server-args.json")) as _h:
     FIXTURE = json.load(_h)
 
 
@@ -77,8 +76,9 @@ def test_the_gate_program_is_its_file_and_reads_from_a_payload_zip(tmp_path):
     come from the module's zip payload, and the source is read from there the same way."""
     import importlib
     import zipfile
-    from ansible_collections.gpufleet.sglang.plugins.module_utils import (
-        _server_args_gate as gate_mod, _server_args_gate_program as program)
+    from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare import (
+        _server_args_gate as gate_mod,
+        _server_args_gate_program as program)
     with open(program.__file__, encoding="utf-8") as handle:
         text = handle.read()
     assert gate_mod.GATE_CODE == text

@@ -7,7 +7,7 @@ import jinja2
 import pytest
 
 from ansible_collections.gpufleet.sglang.plugins.filter.strategy import systemd_arg as filter_systemd_arg
-from ansible_collections.gpufleet.sglang.plugins.module_utils._server_unit import (
+from ansible_collections.gpufleet.sglang.plugins.module_utils.rollout._server_unit import (
     HEADER,
     argv_lines,
     decide,
@@ -342,7 +342,7 @@ def test_record_text_is_to_nice_json():
 
 
 # --- the account ----------------------------------------------------------------------------
-from ansible_collections.gpufleet.sglang.plugins.module_utils._server_unit import (  # noqa: E402
+from ansible_collections.gpufleet.sglang.plugins.module_utils.rollout._server_unit import (  # noqa: E402
     account_settings,
     useradd_args,
     usermod_args,

@@ -15,7 +15,7 @@ import os
 
 import pytest
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_argv import (
+from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare._sglang_argv import (
     TRANSLATIONS,
     ArgvError,
     known_translations,
@@ -23,7 +23,7 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_argv impor
     normalize_flag,
     render_argv,
 )
-from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_help import parse_help
+from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare._sglang_help import parse_help
 
 import rebuild_sglang_help
 from ansible_collections.gpufleet.sglang.tests.paths import SGLANG_HELP as FIXTURES

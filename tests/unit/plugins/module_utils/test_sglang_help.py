@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_help import (
+from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare._sglang_help import (
     HelpParseError,
     is_deprecated_help,
     parse_help,

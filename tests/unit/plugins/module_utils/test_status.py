@@ -1,7 +1,7 @@
 """The pure logic of server_status: Prometheus parsing, drift, uptime, the row and the table."""
 import pytest
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils._status import (
+from ansible_collections.gpufleet.sglang.plugins.module_utils.status._status import (
     COLUMNS,
     METRICS,
     UNREADABLE,

@@ -1,6 +1,6 @@
 """The fleet table of status.yml with the routers' view."""
 from ansible_collections.gpufleet.sglang.plugins.filter.status import status_fleet
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _status_fleet
+from ansible_collections.gpufleet.sglang.plugins.module_utils.status import _status_fleet
 
 
 def row(host, ready=True, problems=()):

@@ -1,6 +1,6 @@
 import pytest
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils._strategy import (
+from ansible_collections.gpufleet.sglang.plugins.module_utils.check._strategy import (
     PRESETS,
     StrategyError,
     check_fits,

@@ -5,7 +5,8 @@ import os
 
 import pytest
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _fanout, _files, _swarm
+from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _files
+from ansible_collections.gpufleet.sglang.plugins.module_utils.weights import _fanout, _swarm
 
 
 def test_piece_length_is_a_power_of_two_for_about_1024_pieces():
@@ -172,3 +173,40 @@ def test_the_simulated_swarm_against_its_bounds_and_doubling():
     # a WAN ten times slower than the LAN: the LAN fan-out hides behind the download
     slow = _fanout.simulate_swarm(8, files, ppf, 0.1, 1.0)
     assert total / 0.1 <= slow <= total / 0.1 * 1.2
+
+
+class FakeSession(object):
+    """A libtorrent session that lets go of its torrents after ``lingers`` looks."""
+
+    def __init__(self, lingers):
+        self.torrents = ["handle"]
+        self.lingers = lingers
+        self.looks = 0
+        self.paused = False
+
+    def remove_torrent(self, handle):
+        pass
+
+    def get_torrents(self):
+        self.looks += 1
+        return self.torrents if self.looks <= self.lingers else []
+
+    def pause(self):
+        self.paused = True
+
+
+def _swarm_on(session):
+    swarm = _swarm.Swarm.__new__(_swarm.Swarm)  # no libtorrent: the session is a fake
+    swarm.session, swarm.handles = session, {"f": "handle"}
+    return swarm
+
+
+def test_close_waits_until_the_session_lets_go_of_its_torrents():
+    session = FakeSession(lingers=2)
+    _swarm_on(session).close(timeout=5.0)
+    assert session.looks == 3 and session.paused
+    # the control: a session that never lets go is left after the timeout, not waited on
+    stuck = FakeSession(lingers=10 ** 6)
+    swarm = _swarm_on(stuck)
+    swarm.close(timeout=0.25)
+    assert 2 <= stuck.looks <= 5 and stuck.paused and swarm.session is None

@@ -3,7 +3,7 @@
 
 import pytest
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils._topology import (
+from ansible_collections.gpufleet.sglang.plugins.module_utils.check._topology import (
     TopologyError,
     dist_init_addr,
     plan,
@@ -70,7 +70,7 @@ def test_ipv6_rendezvous_is_bracketed():
     assert dist_init_addr("node-1", "50001") == "node-1:50001"
 
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils._topology import (  # noqa: E402
+from ansible_collections.gpufleet.sglang.plugins.module_utils.check._topology import (  # noqa: E402
     batches,
     check_one_batch,
 )

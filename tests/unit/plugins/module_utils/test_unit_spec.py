@@ -6,8 +6,10 @@ what runs must restart; a comment, a reordering, an added sandboxing option must
 """
 import pytest
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _server_unit, _unit_spec
-from ansible_collections.gpufleet.sglang.plugins.module_utils._server_unit import (
+from ansible_collections.gpufleet.sglang.plugins.module_utils.rollout import (
+    _server_unit,
+    _unit_spec)
+from ansible_collections.gpufleet.sglang.plugins.module_utils.rollout._server_unit import (
     pending_now,
     plan,
     record,

@@ -1,9 +1,9 @@
 # -*- coding: utf-8 -*-
-"""Unit tests of the pure venv logic (module_utils/_venv.py)."""
+"""Unit tests of the pure venv logic (module_utils/prepare/_venv.py)."""
 
 import pytest
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils._venv import (
+from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare._venv import (
     WHEEL_ARGS,
     needs_install,
     pip_argv,
@@ -152,14 +152,14 @@ def test_tail():
 # --- issue 27 ------------------------------------------------------------------------------
 
 def test_venv_names():
-    from ansible_collections.gpufleet.sglang.plugins.module_utils._venv import valid_name
+    from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare._venv import valid_name
     assert valid_name("0.5.23") and valid_name("0.5.23-emulator")
     for bad in ("current", "wheelhouse", "", "-x", "a/b", "..", "x\n", None):
         assert not valid_name(bad), bad
 
 
 def test_required_room_is_the_measured_size_of_the_release_itself():
-    from ansible_collections.gpufleet.sglang.plugins.module_utils import _venv
+    from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare import _venv
     size = _venv.VENV_MIB["0.5.23"]
     assert isinstance(size, int) and size > 1000  # several GB, measured by scripts/test real
     assert _venv.required_mib("0.5.23", ["sglang==0.5.23"]) == size
@@ -170,7 +170,7 @@ def test_required_room_is_the_measured_size_of_the_release_itself():
 
 
 def test_the_refusal_names_both_numbers():
-    from ansible_collections.gpufleet.sglang.plugins.module_utils._venv import disk_refusal
+    from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare._venv import disk_refusal
     assert disk_refusal("0.5.23", "/opt/sglang/0.5.23", 100, 100, "/opt") is None
     assert disk_refusal("0.5.23", "/opt/sglang/0.5.23", None, 0, "/opt") is None
     msg = disk_refusal("0.5.23", "/opt/sglang/0.5.23", 9000, 1234, "/opt")

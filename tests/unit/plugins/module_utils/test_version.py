@@ -16,8 +16,8 @@ import re
 
 import pytest
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _version
-from ansible_collections.gpufleet.sglang.plugins.module_utils._version import (
+from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _version
+from ansible_collections.gpufleet.sglang.plugins.module_utils.common._version import (
     at_least,
     compare,
     extract,

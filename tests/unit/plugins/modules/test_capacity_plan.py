@@ -13,9 +13,9 @@ import pytest
 
 
 from ansible_collections.gpufleet.sglang.plugins.modules import capacity_plan
-from ansible_collections.gpufleet.sglang.tests.paths import FIXTURES as _FIXTURES
+from ansible_collections.gpufleet.sglang.tests.paths import FAKES, FIXTURES
 
-MODELS = os.path.join(_FIXTURES, "models")
+MODELS = os.path.join(FIXTURES, "models")
 RTX = 97887
 
 
@@ -130,8 +130,8 @@ def test_check_mode_runs(k25_dir, run_module):
     assert not failed and result["plans"][0]["fits"]
 
 
-FAKE_SMI = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fakes", "nvidia-smi")
-SETS = os.path.join(os.path.dirname(FAKE_SMI), "nvidia-smi-sets")
+FAKE_SMI = os.path.join(FAKES, "nvidia-smi")
+SETS = os.path.join(FAKES, "nvidia-smi-sets")
 
 
 @pytest.fixture

@@ -11,12 +11,10 @@ import sys
 
 import pytest
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _gpu_parse as parse
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _version
+from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare import _gpu_parse as parse
+from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _version
 from ansible_collections.gpufleet.sglang.plugins.modules import gpu_prereqs
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-FAKES = os.path.normpath(os.path.join(HERE, "..", "..", "..", "fakes"))
+from ansible_collections.gpufleet.sglang.tests.paths import FAKES
 SETS = os.path.join(FAKES, "nvidia-smi-sets")
 NVCC = shutil.which("nvcc")
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="no nvcc on PATH")

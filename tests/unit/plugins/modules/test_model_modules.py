@@ -4,7 +4,7 @@ import shutil
 
 import pytest
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _model
+from ansible_collections.gpufleet.sglang.plugins.module_utils.weights import _model
 from ansible_collections.gpufleet.sglang.plugins.modules import model_check, model_fetch
 
 pytestmark = pytest.mark.skipif(shutil.which("rsync") is None, reason="needs rsync")

@@ -6,7 +6,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _monitoring as m
+from ansible_collections.gpufleet.sglang.plugins.module_utils.monitoring import _monitoring as m
 from ansible_collections.gpufleet.sglang.plugins.modules import prometheus_alerts
 
 DOC = {"status": "success", "data": {"alerts": [

@@ -468,7 +468,7 @@ def test_a_name_that_is_no_venv_directory_is_refused(host, commands, run_module,
 
 
 def _measured(monkeypatch, mib):
-    from ansible_collections.gpufleet.sglang.plugins.module_utils import _venv
+    from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare import _venv
     monkeypatch.setitem(_venv.VENV_MIB, "0.5.9", mib)
 
 

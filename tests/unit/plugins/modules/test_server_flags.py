@@ -4,20 +4,13 @@
 import json
 import os
 import shutil
-import stat
-import sys
 import time
 
 import pytest
 
-
 from ansible_collections.gpufleet.sglang.plugins.modules import server_flags
+from ansible_collections.gpufleet.sglang.tests.doubles import install_venv_python
 from ansible_collections.gpufleet.sglang.tests.paths import SGLANG_HELP as FIXTURES
-
-# The one fake SGLang interpreter of the module tests (tests/fakes/venv-python).
-FAKES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "fakes")
-with open(os.path.join(FAKES_DIR, "venv-python"), encoding="utf-8") as _handle:
-    FAKE = "#!" + sys.executable + "\n" + _handle.read().split("\n", 1)[1]
 
 
 class Fake:
@@ -25,8 +18,7 @@ class Fake:
         self.dir = tmp_path / "venv" / "bin"
         self.dir.mkdir(parents=True)
         self.python = self.dir / "python"
-        self.python.write_text(FAKE)
-        self.python.chmod(self.python.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+        install_venv_python(self.dir)
         self.counter = self.dir / "help-count.txt"
         self.cache_dir = tmp_path / "cache"
         self.state = {

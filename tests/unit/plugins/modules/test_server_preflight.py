@@ -10,22 +10,12 @@ import json
 import os
 import shutil
 import socket
-import stat
-import sys
 
 import pytest
 
-
 from ansible_collections.gpufleet.sglang.plugins.modules import server_preflight
-from ansible_collections.gpufleet.sglang.tests.paths import FIXTURES as _FIXTURES
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-FIXTURES = _FIXTURES
-
-# The one fake SGLang interpreter of the module tests (tests/fakes/venv-python).
-FAKES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "fakes")
-with open(os.path.join(FAKES_DIR, "venv-python"), encoding="utf-8") as _handle:
-    FAKE = "#!" + sys.executable + "\n" + _handle.read().split("\n", 1)[1]
+from ansible_collections.gpufleet.sglang.tests.doubles import install_venv_python
+from ansible_collections.gpufleet.sglang.tests.paths import FAKES, FIXTURES
 
 
 class Host:
@@ -33,8 +23,7 @@ class Host:
         self.bin = tmp_path / "venv" / "bin"
         self.bin.mkdir(parents=True)
         self.python = self.bin / "python"
-        self.python.write_text(FAKE)
-        self.python.chmod(self.python.stat().st_mode | stat.S_IXUSR)
+        install_venv_python(self.bin)
         self.state = {"version": version,
                       "help_file": os.path.join(FIXTURES, "sglang-help", "sglang-%s.txt" % version)}
         self.save()
@@ -243,8 +232,8 @@ def test_the_doctor_runs_first_and_refuses_with_every_failed_check(tmp_path, run
 
 def test_the_doctor_passes_on_a_replayed_rtx_pro_6000_box(tmp_path, run_module):
     host = Host(tmp_path)
-    smi = os.path.join(HERE, "..", "..", "..", "fakes", "nvidia-smi")
-    sets = os.path.join(HERE, "..", "..", "..", "fakes", "nvidia-smi-sets", "rtx-pro-6000-server-x8")
+    smi = os.path.join(FAKES, "nvidia-smi")
+    sets = os.path.join(FAKES, "nvidia-smi-sets", "rtx-pro-6000-server-x8")
     args = host.args()
     args["doctor"] = {"python": None, "nvidia_smi": smi,
                       "waive": ["cuda_toolkit", "cuda_headers", "compile_test", "driver_toolkit",
@@ -282,7 +271,6 @@ def test_malformed_server_settings_reach_the_flag_check_not_the_planner(tmp_path
 
 
 # --- the GPUs from the host: the doctor reads a replayed box -----------------------------
-FAKES = os.path.join(HERE, "..", "..", "..", "fakes")
 RTX_NAME = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
 WAIVE = ["cuda_toolkit", "cuda_headers", "compile_test", "driver_toolkit", "toolkit_arch"]
 

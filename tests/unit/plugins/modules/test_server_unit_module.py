@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils._server_unit import HEADER
+from ansible_collections.gpufleet.sglang.plugins.module_utils.rollout._server_unit import HEADER
 from ansible_collections.gpufleet.sglang.plugins.modules import server_unit
 from ansible_collections.gpufleet.sglang.tests.doubles import lstat_tree
 

@@ -8,8 +8,9 @@ import sys
 
 import yaml
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
-HELP = os.path.join(ROOT, "tests", "fixtures", "sglang-help", "sglang-0.5.9.txt")
+from ansible_collections.gpufleet.sglang.tests.paths import ROOT, SGLANG_HELP
+
+HELP = os.path.join(SGLANG_HELP, "sglang-0.5.9.txt")
 
 OK_PREFLIGHT = {"version": "0.5.9", "argv": ["--tp-size", "8"], "gpus": {"count": 8, "name": "RTX"},
                 "layout": {"gpus": 8, "nnodes": 1},
@@ -20,7 +21,7 @@ RUN = {"concurrency": 4, "output_tok_s": 800, "mean_tpot_ms": 20, "p99_tpot_ms":
 
 def play(tmp_path, check=False):
     sys.path.insert(0, os.path.join(ROOT, ".cache", "collections"))
-    from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_help import parse_help  # pylint: disable=import-outside-toplevel
+    from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare._sglang_help import parse_help  # pylint: disable=import-outside-toplevel
     with open(HELP) as handle:
         flags = parse_help(handle.read())["flags"]
     journal = str(tmp_path / "j" / "journal.jsonl")

@@ -155,7 +155,7 @@ def _shard_bar(release, percent, done, total, elapsed, last):
     """tqdm's "Loading safetensors checkpoint shards" bar as the release writes it: up to
     0.5.9 the bar format ends in a newline (one journal line per update, after tqdm's
     carriage return); 0.5.23 dropped it, so updates are joined by carriage returns and only
-    the bar's end adds a newline (see plugins/module_utils/_load_phases.py)."""
+    the bar's end adds a newline (see plugins/module_utils/rollout/_load_phases.py)."""
     text = "\rLoading safetensors checkpoint shards: %3d%% Completed | %d/%d [%02d:%02d<?, ?it/s]" % (
         percent, done, total, elapsed // 60, elapsed % 60)
     if version_tuple(release) < (0, 5, 23):

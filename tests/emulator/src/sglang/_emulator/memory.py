@@ -1,7 +1,7 @@
 """GPU memory arithmetic of the emulated server (TEST DOUBLE): weights, KV pool, failures.
 
 The byte counts come from the collection's capacity model (``_vendor``: the planner's
-``plugins/module_utils/_capacity*.py``, vendored into the wheel). Nothing is re-modelled
+``plugins/module_utils/prepare/_capacity*.py``, vendored into the wheel). Nothing is re-modelled
 here. This file adds three things:
 
 1. the emulated GPU: ``SGLANG_EMULATOR_GPU_MEMORY_MIB`` per GPU (default 97887 MiB, an RTX

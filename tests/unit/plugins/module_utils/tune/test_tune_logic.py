@@ -6,7 +6,7 @@ import pytest
 
 import tune_inprocess as fleet_double
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _bench_tool
+from ansible_collections.gpufleet.sglang.plugins.module_utils.bench import _bench_tool
 from ansible_collections.gpufleet.sglang.plugins.module_utils.tune import frontier, journal, metrics
 from ansible_collections.gpufleet.sglang.plugins.module_utils.tune import plan as tune_plan
 from ansible_collections.gpufleet.sglang.plugins.module_utils.tune import search, space, verdict

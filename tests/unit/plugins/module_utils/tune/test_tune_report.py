@@ -7,7 +7,7 @@ import pytest
 
 import tune_inprocess as fleet_double
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _bench_report
+from ansible_collections.gpufleet.sglang.plugins.module_utils.bench import _bench_report
 from ansible_collections.gpufleet.sglang.plugins.module_utils.tune import frontier
 from ansible_collections.gpufleet.sglang.plugins.module_utils.tune import journal as tune_journal
 from ansible_collections.gpufleet.sglang.plugins.module_utils.tune import report as tune_report

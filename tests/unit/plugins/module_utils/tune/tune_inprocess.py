@@ -12,7 +12,8 @@ Not a test module (no ``test_`` prefix); the tests import it.
 import os
 import sys
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", ".."))
+from ansible_collections.gpufleet.sglang.tests.paths import FIXTURES, ROOT, SGLANG_HELP
+
 SRC = os.path.join(ROOT, "tests", "emulator", "src")
 if SRC not in sys.path:
     sys.path.insert(0, SRC)
@@ -21,20 +22,20 @@ from sglang._emulator import bench as emu_bench  # noqa: E402  pylint: disable=w
 from sglang._emulator import cli as emu_cli  # noqa: E402  pylint: disable=wrong-import-position
 from sglang._emulator import server_args as emu_sa  # noqa: E402  pylint: disable=wrong-import-position
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _bench_tool  # noqa: E402
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _preflight  # noqa: E402
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _server_args_gate as gate  # noqa: E402
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _strategy  # noqa: E402
-from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_argv import render_argv  # noqa: E402
-from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_help import parse_help  # noqa: E402
+from ansible_collections.gpufleet.sglang.plugins.module_utils.bench import _bench_tool  # noqa: E402
+from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare import _preflight  # noqa: E402
+from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare import _server_args_gate as gate  # noqa: E402
+from ansible_collections.gpufleet.sglang.plugins.module_utils.check import _strategy  # noqa: E402
+from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare._sglang_argv import render_argv  # noqa: E402
+from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare._sglang_help import parse_help  # noqa: E402
 
-MODEL = os.path.join(ROOT, "tests", "fixtures", "models", "moonshotai__Kimi-K2.5")
+MODEL = os.path.join(FIXTURES, "models", "moonshotai__Kimi-K2.5")
 GPU = {"count": 8, "memory_mib": 97887, "cc": [12, 0],
        "name": "NVIDIA RTX PRO 6000 Blackwell Server Edition"}
 
 
 def release_flags(release):
-    with open(os.path.join(ROOT, "tests", "fixtures", "sglang-help", "sglang-%s.txt" % release)) as handle:
+    with open(os.path.join(SGLANG_HELP, "sglang-%s.txt" % release)) as handle:
         return parse_help(handle.read())["flags"]
 
 

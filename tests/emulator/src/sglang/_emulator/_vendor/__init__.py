@@ -1,7 +1,7 @@
 """The collection's capacity model, vendored into the emulator (TEST DOUBLE). Stdlib only.
 
 The emulator sizes weights and KV cache with the *same* code as the collection's planner
-(``plugins/module_utils/_capacity.py`` and what it imports). There is no second model here.
+(``plugins/module_utils/prepare/_capacity.py`` and what it imports). There is no second model here.
 
 - In a wheel, ``tests/emulator/build_wheel.py`` copies those files next to this one
   (``sglang/_emulator/_vendor/<name>.py``), with :func:`rewrite_source` applied, so a host
@@ -13,8 +13,9 @@ The emulator sizes weights and KV cache with the *same* code as the collection's
 Which files: ``_capacity`` and every collection module_utils file it imports,
 transitively (see :func:`closure`). Today that is ``_capacity_model`` and ``_strategy``.
 The only rewrite is the import path: ``from
-ansible_collections.gpufleet.sglang.plugins.module_utils.X import ...`` becomes ``from
-sglang._emulator._vendor.X import ...``. Any other form of collection import makes the
+ansible_collections.gpufleet.sglang.plugins.module_utils.<stage>.X import ...`` (or without
+the stage's subpackage) becomes ``from sglang._emulator._vendor.X import ...``: the vendored
+files lie flat, named by their module (:func:`find`). Any other form of collection import makes the
 rewrite fail loudly. The build then fails instead of shipping a wheel that cannot import.
 """
 
@@ -32,13 +33,24 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 REPO_MODULE_UTILS = os.path.normpath(
     os.path.join(_HERE, "..", "..", "..", "..", "..", "..", "plugins", "module_utils"))
 _FROM_RE = re.compile(
-    r"^[ \t]*from[ \t]+ansible_collections\.gpufleet\.sglang\.plugins\.module_utils\.(\w+)"
-    r"[ \t]+import\b", re.M)
+    r"^(?P<indent>[ \t]*)from[ \t]+ansible_collections\.gpufleet\.sglang\.plugins\.module_utils\."
+    r"(?:\w+\.)?(?P<name>\w+)[ \t]+import\b", re.M)
 
 
 def dependencies(text):
-    """Collection module_utils names that ``text`` imports (``from ...module_utils.X import``)."""
-    return sorted(set(_FROM_RE.findall(text)))
+    """Collection module_utils names that ``text`` imports (``from ...module_utils.X import``
+    or ``from ...module_utils.<stage>.X import``)."""
+    return sorted(set(m.group("name") for m in _FROM_RE.finditer(text)))
+
+
+def find(module_utils, name):
+    """The file of module ``name`` in ``module_utils``: in a stage's subpackage
+    (``<stage>/<name>.py``) or flat; None when there is none."""
+    candidates = [os.path.join(module_utils, name + ".py")]
+    if os.path.isdir(module_utils):
+        candidates += [os.path.join(module_utils, d, name + ".py")
+                       for d in sorted(os.listdir(module_utils))]
+    return next((c for c in candidates if os.path.isfile(c)), None)
 
 
 def closure(read, roots=ROOTS):
@@ -61,7 +73,8 @@ def closure(read, roots=ROOTS):
 
 def rewrite_source(name, text, vendor_package="sglang._emulator._vendor"):
     """Point the collection imports of module ``name`` at ``vendor_package``."""
-    out = _FROM_RE.sub(lambda m: m.group(0).replace(COLLECTION_PACKAGE, vendor_package), text)
+    out = _FROM_RE.sub(lambda m: "%sfrom %s.%s import" % (m.group("indent"), vendor_package,
+                                                          m.group("name")), text)
     for line in out.splitlines():
         stripped = line.strip()
         if stripped.startswith(("import ", "from ")) and "ansible_collections" in stripped:
@@ -71,12 +84,12 @@ def rewrite_source(name, text, vendor_package="sglang._emulator._vendor"):
 
 
 def read_repo(name):
-    """Source of ``plugins/module_utils/<name>.py`` in the repository."""
-    path = os.path.join(REPO_MODULE_UTILS, name + ".py")
-    if not os.path.isfile(path):
+    """Source of ``plugins/module_utils/[<stage>/]<name>.py`` in the repository."""
+    path = find(REPO_MODULE_UTILS, name)
+    if path is None:
         raise ImportError(
             "sglang emulator: the capacity model is neither vendored (%s) nor in the "
-            "source tree (%s)" % (_HERE, path))
+            "source tree (%s)" % (_HERE, os.path.join(REPO_MODULE_UTILS, "*", name + ".py")))
     with open(path, encoding="utf-8") as fh:
         return fh.read()
 
@@ -90,7 +103,7 @@ def _load_from_repo():
         full = "%s.%s" % (VENDOR_PACKAGE, name)
         if full in sys.modules:
             continue
-        path = os.path.join(REPO_MODULE_UTILS, name + ".py")
+        path = find(REPO_MODULE_UTILS, name)
         text = rewrite_source(name, read_repo(name), VENDOR_PACKAGE)
         module = types.ModuleType(full)
         module.__file__ = path

@@ -1,0 +1,454 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.sglang contributors
+# MIT License (see LICENSE)
+#
+# This module util is PRIVATE to the gpufleet.sglang collection. It may change
+# without notice; do not use it from outside the collection.
+"""SGLang's router (PyPI ``smg``, before it ``sglang-router``): its worker API by release,
+its launch flags, and the steps of a drain-aware switch.
+
+Worker API (tried against the released binaries, see the project's reference notes):
+
+* ``smg`` 1.x and ``sglang-router`` 0.3.x (API ``workers``): ``POST /workers
+  {"url": ...}`` answers 202 with a ``worker_id`` and adds in the background; ``GET
+  /workers`` lists ``{id, url, is_healthy, ...}`` (smg adds ``status``: ``ready``,
+  ``draining``); ``DELETE /workers/{id}`` (the id, not the URL). smg answers 409 to a
+  duplicate add and keeps a deleted worker ``draining`` for about 5 s before it goes; it
+  routes no new request to a draining worker (smg 1.x behind the router scenario: 0 of 57
+  requests sent in those 5 s reached it, 29 and 28 the other two), so a removal is done
+  when each URL is gone or draining, and a re-add waits until the draining row has gone.
+* ``sglang-router`` up to 0.2.1 (API ``legacy``): ``POST /add_worker?url=``, ``POST
+  /remove_worker?url=``, ``GET /list_workers`` (``{"urls": [...]}``, no health).
+* 0.2.2 used ``/workers/{url}``; it is not supported (an error names it).
+
+The router does not persist workers: after a restart it knows only ``--worker-urls``.
+Everything here is plain Python; the HTTP calls go through a ``fetch`` callable so the
+logic is tested without a network.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import time
+
+from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _secret_exec
+from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _version
+from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _waiter
+from ansible_collections.gpufleet.sglang.plugins.module_utils.status._status import scheduler_metrics
+
+PACKAGES = ("smg", "sglang-router")
+APIS = ("workers", "legacy")
+
+
+class RouterError(Exception):
+    """A refusal or a failure with a message that names what was wrong."""
+
+
+def api_for(package, version):
+    """The worker API of an installed router release."""
+    if package not in PACKAGES:
+        raise RouterError("router_package is %r; expected one of %s"
+                          % (package, ", ".join(PACKAGES)))
+    if package == "smg":
+        return "workers"
+    if _version.at_least(version, "0.3.0"):
+        return "workers"
+    if _version.compare(version, "0.2.1") <= 0:
+        return "legacy"
+    raise RouterError("sglang-router %s uses /workers/{url}, which this collection does not "
+                      "drive; expected sglang-router 0.3.x, <= 0.2.1, or smg" % version)
+
+
+def help_argv(package, venv):
+    """The command that prints the installed release's launch flags."""
+    if package == "smg":
+        return [venv + "/bin/smg", "launch", "--help"]
+    return [venv + "/bin/python", "-m", "sglang_router.launch_router", "--help"]
+
+
+def launch_prefix(package, venv, keyed=False, secret_exec=None):
+    """The command before the router's flags. With ``keyed`` (the router has an API key)
+    it runs through the collection's launcher (at ``secret_exec``, by default
+    ``_paths.SECRET_EXEC_PATH``), which appends ``--api-key`` from
+    ``ROUTER_API_KEY`` inside the process, out of ``/proc/<pid>/cmdline``, and redacts it
+    from the output; smg's ``smg`` script is ``smg.cli:main``, so ``-m smg`` runs the
+    same."""
+    module = ["smg", "launch"] if package == "smg" else ["sglang_router.launch_router"]
+    if keyed:
+        return _secret_exec.prefix(venv + "/bin/python", "ROUTER_API_KEY", secret_exec) + ["-m"] + module
+    if package == "smg":
+        return [venv + "/bin/smg", "launch"]
+    return [venv + "/bin/python", "-m"] + module
+
+
+def normalize_url(url):
+    return str(url).strip().rstrip("/")
+
+
+def launch_argv(package, venv, flags, settings):
+    """The router's command line from ``settings`` (see the role's defaults), checked
+    against ``flags`` (the option strings of the installed release's ``--help``).
+
+    Returns ``(argv, env)``: ``env`` holds what goes to the environment instead of the
+    command line (``HF_ENDPOINT`` when the release cannot turn tokenizer loading off).
+    Raises :class:`RouterError` naming every setting the release lacks a flag for.
+    """
+    argv = launch_prefix(package, venv, bool(settings.get("api_key")), settings.get("secret_exec"))
+    env = {}
+    missing = []
+
+    def add(flag, value=None, setting=None):
+        if flag not in flags:
+            missing.append("%s (needs %s)" % (setting or flag, flag))
+            return
+        argv.append(flag)
+        if value is not None:
+            if isinstance(value, (list, tuple)):
+                argv.extend(str(v) for v in value)
+            else:
+                argv.append(str(value))
+
+    s = settings
+    add("--host", s["host"], "router_host")
+    add("--port", s["port"], "router_port")
+    if not s["worker_urls"]:
+        raise RouterError("router_worker_urls is empty: the inventory names no server to "
+                          "route to (expected at least one rank-0 server)")
+    # smg gives a worker a key only when it is added with one ("Adding worker ... without
+    # API key"): a server with a key is left out here and added after the start with it
+    # (the router role's run step, router_worker's worker_api_keys)
+    own_key = set(normalize_url(u) for u in s.get("own_key_urls") or [])
+    startup = [u for u in (normalize_url(w) for w in s["worker_urls"]) if u not in own_key]
+    if startup:
+        add("--worker-urls", startup, "router_worker_urls")
+    add("--policy", s["policy"], "router_policy")
+    add("--prometheus-host", s["prometheus_host"], "router_prometheus_host")
+    add("--prometheus-port", s["prometheus_port"], "router_prometheus_port")
+    add("--health-check-interval-secs", s["health_check_interval"],
+        "router_health_check_interval")
+    add("--health-check-timeout-secs", s["health_check_timeout"], "router_health_check_timeout")
+    add("--health-failure-threshold", s["health_failure_threshold"],
+        "router_health_failure_threshold")
+    add("--health-success-threshold", s["health_success_threshold"],
+        "router_health_success_threshold")
+    add("--health-check-endpoint", s["health_check_endpoint"], "router_health_check_endpoint")
+    if s["circuit_breaker"]:
+        add("--cb-failure-threshold", s["cb_failure_threshold"], "router_cb_failure_threshold")
+        add("--cb-success-threshold", s["cb_success_threshold"], "router_cb_success_threshold")
+        add("--cb-timeout-duration-secs", s["cb_timeout"], "router_cb_timeout")
+        add("--cb-window-duration-secs", s["cb_window"], "router_cb_window")
+    else:
+        add("--disable-circuit-breaker", setting="router_circuit_breaker: false")
+    if s["retries"] > 0:
+        add("--retry-max-retries", s["retries"], "router_retries")
+    else:
+        add("--disable-retries", setting="router_retries: 0")
+    add("--request-timeout-secs", s["request_timeout"], "router_request_timeout")
+    add("--worker-startup-timeout-secs", s["worker_startup_timeout"],
+        "router_worker_startup_timeout")
+    if s["api_key"] and "--api-key" not in flags:
+        # the launcher (launch_prefix) appends the flag itself
+        missing.append("router_api_key (needs --api-key)")
+    if "--disable-tokenizer-autoload" in flags:
+        argv.append("--disable-tokenizer-autoload")
+    elif not s["hf_endpoint"]:
+        missing.append("router_hf_endpoint (this release has no --disable-tokenizer-autoload, "
+                       "so it would load the tokenizer from huggingface.co; set the site's "
+                       "Hub mirror)")
+    if s["hf_endpoint"]:
+        env["HF_ENDPOINT"] = s["hf_endpoint"]
+    argv.extend(str(a) for a in s["extra_args"])
+    if missing:
+        raise RouterError("%s %s has no flag for: %s" % (package, s.get("version", ""),
+                                                         "; ".join(missing)))
+    return argv, env
+
+
+# ---- the worker list ----
+
+def worker_table(api, payload):
+    """The router's workers as ``[{id, url, healthy, status}]`` from a list answer."""
+    rows = []
+    if api == "legacy":
+        for url in (payload or {}).get("urls") or []:
+            rows.append({"id": None, "url": normalize_url(url), "healthy": None,
+                         "status": "listed"})
+        return rows
+    for w in (payload or {}).get("workers") or []:
+        healthy = w.get("is_healthy")
+        status = w.get("status") or ("ready" if healthy else "unhealthy")
+        rows.append({"id": w.get("id"), "url": normalize_url(w.get("url", "")),
+                     "healthy": bool(healthy), "status": status})
+    return rows
+
+
+LEAVING = ("draining", "removing")
+
+
+def is_leaving(row):
+    """Whether the router keeps this row only on its way out (smg's ``draining``): it
+    routes no new request to it."""
+    return row.get("status") in LEAVING
+
+
+def serving(rows):
+    """URLs the router routes to now (healthy and not draining)."""
+    return sorted(r["url"] for r in rows if r["healthy"] is not False and not is_leaving(r))
+
+
+def _listed(rows, urls, on_the_way_out):
+    urls = set(normalize_url(u) for u in urls)
+    return sorted(set(r["url"] for r in rows if r["url"] in urls and is_leaving(r) == on_the_way_out))
+
+
+def still_routed(rows, urls):
+    """Those of ``urls`` the router lists in a row that is not on its way out (a removal
+    is done when this is empty)."""
+    return _listed(rows, urls, False)
+
+
+def leaving(rows, urls):
+    """Those of ``urls`` the router still lists as draining (a re-add would be refused as
+    a duplicate until the row has gone)."""
+    return _listed(rows, urls, True)
+
+
+def check_min_serving(rows, removing, min_serving):
+    """Refuse a batch that would leave fewer than ``min_serving`` healthy workers."""
+    if int(min_serving) < 1:
+        raise RouterError("sglang_router_min_serving is %r; expected an integer >= 1"
+                          % (min_serving,))
+    removing = set(normalize_url(u) for u in removing)
+    left = [u for u in serving(rows) if u not in removing]
+    if len(left) < int(min_serving):
+        raise RouterError(
+            "refusing this batch: taking %s out of the router would leave %d healthy "
+            "worker(s) (%s), fewer than sglang_router_min_serving=%d. Nothing was changed; "
+            "use a smaller sglang_rollout_batch."
+            % (", ".join(sorted(removing)) or "nothing", len(left),
+               ", ".join(left) or "none", int(min_serving)))
+    return left
+
+
+def is_drained(metrics_text):
+    """``(drained, running, queued)`` from a server's ``/metrics`` text."""
+    m = scheduler_metrics(metrics_text)
+    if m["running"] is None or m["queued"] is None:
+        raise RouterError("the server's /metrics has no sglang:num_running_reqs or "
+                          "sglang:num_queue_reqs (is it started with --enable-metrics?)")
+    return m["running"] + m["queued"] == 0, m["running"], m["queued"]
+
+
+# ---- the router over HTTP ----
+
+class Router(object):
+    """The router's worker API. ``fetch(method, url, body, headers, timeout)`` returns
+    ``(status, text)`` and raises ``OSError`` when the router cannot be reached."""
+
+    def __init__(self, base, api, fetch, api_key=None, timeout=10.0):
+        if api not in APIS:
+            raise RouterError("router api is %r; expected one of %s" % (api, ", ".join(APIS)))
+        self.base = normalize_url(base)
+        self.api = api
+        self.fetch = fetch
+        self.timeout = timeout
+        self.headers = {"Content-Type": "application/json"}
+        if api_key:
+            self.headers["Authorization"] = "Bearer " + api_key
+
+    def _call(self, method, path, body=None):
+        status, text = self.fetch(method, self.base + path,
+                                  json.dumps(body) if body is not None else None,
+                                  self.headers, self.timeout)
+        return status, text
+
+    def workers(self):
+        path = "/list_workers" if self.api == "legacy" else "/workers"
+        status, text = self._call("GET", path)
+        if status != 200:
+            raise RouterError("GET %s%s answered %s: %s" % (self.base, path, status, text[:300]))
+        try:
+            return worker_table(self.api, json.loads(text))
+        except ValueError:
+            raise RouterError("GET %s%s did not answer JSON: %s" % (self.base, path, text[:300]))
+
+    def add(self, url, api_key=None):
+        """Add ``url``; ``api_key`` is the worker's own key (smg's ``api_key`` of
+        ``POST /workers``), with which the router then calls the worker."""
+        url = normalize_url(url)
+        if self.api == "legacy":
+            status, text = self._call("POST", "/add_worker?url=" + url)
+            ok = status == 200
+        else:
+            body = {"url": url}
+            if api_key:
+                body["api_key"] = api_key
+            status, text = self._call("POST", "/workers", body)
+            ok = status in (200, 201, 202, 409)  # 409: smg already has it
+        if not ok:
+            raise RouterError("adding %s to the router %s answered %s: %s"
+                              % (url, self.base, status, text[:300]))
+
+    def remove(self, url, rows=None):
+        url = normalize_url(url)
+        if self.api == "legacy":
+            status, text = self._call("POST", "/remove_worker?url=" + url)
+            ok = status == 200
+        else:
+            ids = [r["id"] for r in (rows if rows is not None else self.workers())
+                   if r["url"] == url and r["id"]]
+            if not ids:
+                return False
+            ok = True
+            for wid in ids:
+                status, text = self._call("DELETE", "/workers/" + wid)
+                ok = ok and status in (200, 202, 204, 404)
+        if not ok:
+            raise RouterError("removing %s from the router %s answered %s: %s"
+                              % (url, self.base, status, text[:300]))
+        return True
+
+
+def wait_for(condition, timeout, interval, clock=time.monotonic, sleep=time.sleep):
+    """Poll ``condition()`` (truthy result ends) until ``timeout`` s with the collection's
+    one waiter; returns ``(result, elapsed)`` with the last result (falsy on a timeout)."""
+    res = _waiter.wait(condition, timeout=timeout, interval=interval, clock=clock, sleep=sleep)
+    return res.value, res.elapsed
+
+
+def _wait_rows(router, done, timeout, interval, **clock):
+    """Poll the router's rows until ``done(rows)``; ``(rows or None, elapsed)``. The rows
+    come wrapped, so an emptied router (no row) ends the wait too."""
+    def check():
+        rows = router.workers()
+        return (rows,) if done(rows) else None
+
+    seen, elapsed = wait_for(check, timeout, interval, **clock)
+    return (seen[0] if seen else None), elapsed
+
+
+def take_out(router, urls, min_serving, timeout, interval, **clock):
+    """Refuse when too few would serve; else remove ``urls`` and wait until the router
+    routes to none of them (each is gone or draining). Returns ``{"before", "after",
+    "elapsed_s", "removed"}``."""
+    urls = [normalize_url(u) for u in urls]
+    before = router.workers()
+    check_min_serving(before, urls, min_serving)
+    removed = [u for u in urls if router.remove(u, before)]
+    if router.api == "legacy":
+        removed = urls
+    after, elapsed = _wait_rows(router, lambda rows: not still_routed(rows, urls), timeout,
+                                interval, **clock)
+    if after is None:
+        raise RouterError("the router %s still routes to %s %.0f s after the removal"
+                          % (router.base, ", ".join(urls), timeout))
+    return {"before": before, "after": after, "elapsed_s": elapsed, "removed": removed}
+
+
+def put_back(router, urls, timeout, interval, keys=None, **clock):
+    """Add ``urls`` (those not listed yet; ``keys`` maps a URL to the worker's own API key)
+    and wait until the router lists each as healthy and ready. A URL the router still
+    lists as draining is added once that row has gone. Returns ``{"before", "after",
+    "elapsed_s", "added"}``."""
+    urls = [normalize_url(u) for u in urls]
+    keys = dict((normalize_url(k), v) for k, v in (keys or {}).items())
+    before, settle = _wait_rows(router, lambda rows: not leaving(rows, urls), timeout,
+                                interval, **clock)
+    if before is None:
+        raise RouterError("the router %s still lists %s as draining %.0f s after its removal; "
+                          "it cannot be added again before that row has gone"
+                          % (router.base, ", ".join(leaving(router.workers(), urls)), timeout))
+    listed = set(r["url"] for r in before)
+    added = [u for u in urls if u not in listed]
+    for u in added:
+        router.add(u, keys.get(u))
+
+    def routed():
+        rows = router.workers()
+        ok = set(serving(rows)) if router.api != "legacy" else set(r["url"] for r in rows)
+        return rows if set(urls) <= ok else None
+
+    after, elapsed = wait_for(routed, timeout, interval, **clock)
+    if after is None:
+        rows = router.workers()
+        raise RouterError("the router %s does not route to %s %.0f s after the add: it lists "
+                          "%s" % (router.base, ", ".join(urls), timeout, json.dumps(rows)))
+    return {"before": before, "after": after, "elapsed_s": round(settle + elapsed, 3),
+            "added": added}
+
+
+def converge(router, plan, timeout, interval, keys=None, **clock):
+    """Apply one router's membership ``plan`` (``_router_fleet.membership``): remove what
+    must go and wait until it is gone, then add what is missing and wait until the router
+    routes to it. Returns ``{"before", "after", "elapsed_s", "added", "removed"}``."""
+    before = router.workers()
+    removed = [normalize_url(u) for u in plan.get("remove") or []]
+    for u in removed:
+        router.remove(u, before)
+    elapsed = 0.0
+    after = before
+    if removed:
+        after, elapsed = _wait_rows(router, lambda rows: not still_routed(rows, removed),
+                                    timeout, interval, **clock)
+        if after is None:
+            raise RouterError("the router %s still routes to %s %.0f s after the removal"
+                              % (router.base, ", ".join(removed), timeout))
+    added = []
+    if plan.get("add"):
+        res = put_back(router, plan["add"], timeout, interval, keys, **clock)
+        added, after = res["added"], res["after"]
+        elapsed += res["elapsed_s"]
+    return {"before": before, "after": after, "elapsed_s": round(elapsed, 3),
+            "added": added, "removed": removed}
+
+
+def drain(read_metrics, timeout, interval, **clock):
+    """Wait until the server has no running or queued request. ``read_metrics()`` returns
+    the ``/metrics`` text, or None when nothing listens on the server's port (a server
+    still loading, or down, has no request to finish). Returns ``{"drained", "elapsed_s",
+    "running", "queued", "listening"}``."""
+    last = {}
+
+    def idle():
+        text = read_metrics()
+        if text is None:
+            last.update(running=0, queued=0, listening=False)
+            return True
+        done, running, queued = is_drained(text)
+        last.update(running=running, queued=queued, listening=True)
+        return done
+
+    done, elapsed = wait_for(idle, timeout, interval, **clock)
+    return {"drained": bool(done), "elapsed_s": elapsed, "running": last.get("running"),
+            "queued": last.get("queued"), "listening": last.get("listening")}
+
+
+def worker_urls(servers, groups, hostvars, default_port=30000):
+    """The router's ``--worker-urls`` from the inventory: one URL per server, a multi-node
+    server's being its rank 0's. ``servers`` lists the server hosts; ``hostvars[h]`` may set
+    ``sglang_router_worker_url`` (else ``http://<sglang_node_address, ansible_host or the
+    name>:<server_port>``), ``sglang_nnodes``, ``sglang_server_group`` and
+    ``sglang_node_rank`` (the deploy path's own multi-node inputs)."""
+    from ansible_collections.gpufleet.sglang.plugins.module_utils.check import _topology
+
+    urls = []
+    for host in servers:
+        hv = hostvars[host]
+        nnodes = int(hv.get("sglang_nnodes") or 1)
+        if nnodes > 1:
+            try:
+                members = _topology.check_group(nnodes, hv.get("sglang_server_group"),
+                                                groups, host)
+                rank_map = _topology.ranks(members, dict(
+                    (m, hostvars[m].get("sglang_node_rank")) for m in members))
+            except _topology.TopologyError as exc:
+                raise RouterError("router_worker_urls from the inventory: %s: %s" % (host, exc))
+            if rank_map[host] != 0:
+                continue
+        url = hv.get("sglang_router_worker_url") or "http://%s:%s" % (
+            hv.get("sglang_node_address") or hv.get("ansible_host") or host,
+            hv.get("server_port") or default_port)
+        urls.append(normalize_url(url))
+    return urls

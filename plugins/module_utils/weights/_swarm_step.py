@@ -1,0 +1,287 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.sglang contributors
+# MIT License (see LICENSE)
+#
+# This module util is PRIVATE to the gpufleet.sglang collection. It may change
+# without notice; do not use it from outside the collection.
+"""One host's part in the model step's swarm (``model_fetch`` with ``swarm``).
+
+- seed: downloads the missing files from the Hub, hashing each while it writes it
+  (``_model_hub.download_hashing``); each verified file is published (its record appended
+  to the ``published`` journal, which the controller reads) and served at once;
+- holder: a host verified already serves its copy, from the piece hashes kept beside the
+  weights (:data:`_model.PIECES`);
+- peer: adds the records the controller appends to the ``inbox`` journal; libtorrent checks
+  every piece as it arrives; nothing is read back to be hashed.
+
+Every host keeps serving until the inbox says stop (the controller does when every host of
+the site holds every file, or when the step fails). Then the session is closed (its port
+with it), the marker written (what each file was verified against) and, when the host holds
+every file, the staging directory moved into place.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+import socket
+import threading
+import time
+
+from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _files
+from ansible_collections.gpufleet.sglang.plugins.module_utils.weights import _model
+from ansible_collections.gpufleet.sglang.plugins.module_utils.weights import _model_hub, _swarm
+
+
+def load_pieces(base):
+    return _files.read_json(os.path.join(base, _model.PIECES), {}) or {}
+
+
+def save_pieces(base, records):
+    _files.write_json(os.path.join(base, _model.PIECES), records)
+
+
+def own_record(base, entry, host):
+    """The record of a verified file that has none kept: hashed from disk once (a copy
+    placed before the swarm existed)."""
+    hasher = _swarm.StreamHash(entry["algo"], entry["size"])
+    _swarm.hash_existing(os.path.join(base, entry["path"]), hasher)
+    digest, pieces = hasher.finish()
+    if digest != entry["digest"]:
+        raise _model.ModelError("%s: %s %s, expected %s; run the deep check (model_verify: "
+                                "deep)" % (entry["path"], entry["algo"], digest, entry["digest"]))
+    return _swarm.record(entry, digest, hasher.plen, pieces, host)
+
+
+def empty_ok(entry):
+    digest, _pieces = _swarm.StreamHash(entry["algo"], 0).finish()
+    return digest == entry["digest"]
+
+
+class Step(object):
+    """The loop of one host: publish, serve, fetch, report progress, until stop."""
+
+    def __init__(self, params, base, manifest, good, progress_path, result, lt):
+        sw = params["swarm"]
+        self.p = params
+        self.sw = sw
+        self.role = sw["role"]
+        self.base = base
+        self.manifest = manifest
+        self.by_path = dict((e["path"], e) for e in manifest)
+        self.good = dict(good)
+        self.against = {}
+        self.result = result
+        self.progress_path = progress_path
+        self.host = socket.gethostname()
+        self.session = str(sw["session"])
+        self.records = {}
+        self.published = 0
+        self.queue = []
+        self.lock = threading.Lock()
+        self.failure = None
+        self.stop = False
+        self.inbox_seen = 0
+        self.started = time.time()
+        self.initial = None
+        self.downloader = None
+        self.lt = lt
+        self.swarm = _swarm.Swarm(lt, sw["address"], int(sw["port"]), sw.get("peers") or [],
+                                  sw.get("peers") or [])
+
+    # --- what this host holds -------------------------------------------------------
+    def _stat(self, path):
+        st = os.stat(os.path.join(self.base, path))
+        return (st.st_size, st.st_mtime_ns)
+
+    def _publish(self, rec, serve=True):
+        self.records[rec["path"]] = rec
+        _files.append_line(self.sw["published"], {"session": self.session, "record": rec})
+        self.published += 1
+        if serve:
+            self.swarm.add(rec, os.path.dirname(os.path.join(self.base, rec["path"])), seed=True)
+
+    def publish_held(self):
+        """Serve (and, as feeder, publish) the files this host verified before."""
+        kept = load_pieces(self.base)
+        for entry in self.manifest:
+            path = entry["path"]
+            if path not in self.good:
+                continue
+            if entry["size"] == 0:
+                continue
+            rec = kept.get(path)
+            if not rec or rec.get("digest") != entry["digest"]:
+                if self.role == "peer":
+                    continue  # a peer serves only what it holds records for
+                rec = own_record(self.base, entry, self.host)
+                self.result["bytes_hashed"] += entry["size"]
+                self.result["bytes_read_to_hash"] += entry["size"]
+            if self.role in ("seed", "holder"):
+                self._publish(rec)
+            else:
+                self.records[path] = rec
+                self.swarm.add(rec, os.path.dirname(os.path.join(self.base, path)), seed=True)
+
+    def zero_sized(self):
+        for entry in self.manifest:
+            if entry["size"] == 0 and entry["path"] not in self.good and empty_ok(entry):
+                full = os.path.join(self.base, entry["path"])
+                os.makedirs(os.path.dirname(full), exist_ok=True)
+                _files.write_atomic(full, b"")
+                self.good[entry["path"]] = self._stat(entry["path"])
+                self.against[entry["path"]] = "%s:%s (empty)" % (entry["algo"], entry["digest"])
+
+    # --- the seed's download --------------------------------------------------------
+    def start_download(self, missing):
+        p = self.p
+
+        def on_file(item, hashed):
+            with self.lock:
+                self.queue.append((item, hashed))
+
+        def run():
+            try:
+                resumed, cleaned, _hashed, gets = _model_hub.download_hashing(
+                    self.base, p["repo_id"], p["commit"], missing, p["endpoint"], p["token"],
+                    p["xet"], p["workers"], on_file=on_file)
+                self.result["resumed_from"] = resumed
+                self.result["hub_gets"] = sum(gets.values())
+                self.result["removed"].extend(cleaned)
+                self.result["bytes_read_to_hash"] += sum(resumed.values())
+                self.result["bytes_transferred"] = sum(
+                    item["size"] - resumed.get(item["path"], 0) for item in missing)
+            except Exception as error:  # reported by the loop, with its message
+                self.failure = error
+
+        self.downloader = threading.Thread(target=run)
+        self.downloader.daemon = True
+        self.downloader.start()
+
+    def drain(self):
+        with self.lock:
+            items, self.queue = self.queue, []
+        for item, (digest, plen, pieces) in items:
+            rec = _swarm.record(item, digest, plen, pieces, self.host)
+            self.good[item["path"]] = self._stat(item["path"])
+            self.against[item["path"]] = _swarm.against(rec, "hub")
+            self.result["bytes_hashed"] += item["size"]
+            self._publish(rec)
+        if items:
+            self.keep()
+
+    def keep(self):
+        """The staging marker after each verified file: a killed run keeps them (the next
+        one neither fetches nor hashes them again)."""
+        if self.role != "holder":
+            _model.write_marker(self.base, self.p["repo_id"], self.p["commit"], self.good,
+                                self.against)
+            save_pieces(self.base, self.records)
+
+    # --- the peer's inbox ----------------------------------------------------------
+    def read_inbox(self):
+        lines = [line for line in _files.read_lines(self.sw["inbox"])
+                 if line.get("session") == self.session]
+        for line in lines[self.inbox_seen:]:
+            if line.get("stop"):
+                self.stop = True
+            for rec in line.get("add") or []:
+                path = rec.get("path")
+                if path in self.records:
+                    continue
+                _swarm.check_record(rec, self.by_path)
+                self.records[path] = rec
+                if path not in self.good:
+                    self.swarm.add(rec, os.path.dirname(os.path.join(self.base, path)))
+        self.inbox_seen = len(lines)
+
+    def collect(self):
+        """Files libtorrent finished (every piece checked as it arrived)."""
+        state = self.swarm.state()
+        in_flight = 0
+        before = len(self.good)
+        for path, (finished, done, _payload, _total, _twice) in state.items():
+            if path in self.good:
+                continue
+            if finished:
+                self.good[path] = self._stat(path)
+                self.against[path] = _swarm.against(self.records[path], "peer")
+                self.result["bytes_hashed"] += self.by_path[path]["size"]
+                self.result["transferred"].append(path)
+            else:
+                in_flight += done
+        if len(self.good) > before:
+            self.keep()
+        errors = self.swarm.errors()
+        if errors:
+            raise _model.ModelError("the swarm engine reported: %s" % "; ".join(
+                "%s: %s" % kv for kv in sorted(errors.items())))
+        return in_flight
+
+    def complete(self):
+        return all(e["path"] in self.good for e in self.manifest)
+
+    def progress(self, in_flight):
+        done_bytes = sum(self.by_path[p]["size"] for p in self.good) + in_flight
+        if self.role == "seed":
+            done_bytes += sum(_model_hub.partial_sizes(self.base, [
+                e for e in self.manifest if e["path"] not in self.good]).values())
+        total = _model.total_bytes(self.manifest)
+        if self.initial is None:
+            self.initial = done_bytes
+        elapsed = time.time() - self.started
+        moved = done_bytes - self.initial
+        rate = moved / elapsed if elapsed > 0 else 0.0
+        data = {"pid": os.getpid(), "session": self.session, "role": self.role,
+                "files_done": len(self.good), "files": len(self.manifest),
+                "bytes_done": done_bytes, "bytes": total, "rate_bps": rate,
+                "eta_s": (total - done_bytes) / rate if rate > 0 else None,
+                "elapsed_s": elapsed, "published": self.published,
+                "complete": self.complete(), "finished": False,
+                "line": "%s%s" % (_model.progress_line(len(self.good), len(self.manifest),
+                                                       moved, total - self.initial, elapsed),
+                                  " (swarm %s)" % self.role)}
+        if self.complete() and "complete_at" not in self.result:
+            self.result["complete_at"] = time.time()
+        if self.progress_path:
+            try:
+                _files.write_json(self.progress_path, data)
+            except OSError:
+                pass
+
+    def run(self, missing):
+        deadline = self.started + float(self.sw.get("deadline") or 86400)
+        self.zero_sized()
+        self.publish_held()
+        if self.role == "seed" and missing:
+            self.start_download(missing)
+        try:
+            while True:
+                self.drain()
+                self.read_inbox()
+                self.swarm.tick()
+                in_flight = self.collect()
+                self.progress(in_flight)
+                if self.failure is not None:
+                    raise self.failure
+                if self.stop:
+                    self.result["stop_at"] = time.time()
+                    break
+                if time.time() > deadline:
+                    raise _model.ModelError("the swarm ran past its deadline (%ss) without the "
+                                            "controller's stop" % self.sw.get("deadline"))
+                time.sleep(0.25)
+        finally:
+            self.result["bytes_served"] = sum(
+                int(h.status().total_payload_upload) for h in self.swarm.handles.values())
+            state = self.swarm.state()
+            if self.role == "peer":
+                self.result["bytes_transferred"] += sum(v[2] for v in state.values())
+                self.result["bytes_redundant"] += sum(v[4] for v in state.values())
+            self.swarm.close()
+            self.result["closed_at"] = time.time()
+        # libtorrent closed the files: the mtimes the marker records are final
+        for path in list(self.good):
+            self.good[path] = self._stat(path)
+        return self.complete()
