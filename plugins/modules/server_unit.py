@@ -46,9 +46,9 @@ description:
     C(pending) and C(pending_pid) (the main PID that runs without them), and
     C(restart_owed_pid) (the main PID that a restart decided here is to replace); C(deployed_at)
     changes only when the server is (re)installed or restarted.
-  - A restart is owed while the process of C(restart_owed_pid) still runs: the files were
-    installed for a restart that never came (the controller stopped between the install and
-    the handler), so the next run restarts although the installed files equal the new ones. A record without
+  - A restart is owed while the process of C(restart_owed_pid) still runs, because the files
+    were installed for a restart that never came (the controller stopped between the install
+    and the handler); the next run then restarts although the installed files equal the new ones. A record without
     C(run_sha256) (written by 0.1.0), or one that no longer describes the installed
     files, is not used; what runs is then read from the installed unit and environment file.
 extends_documentation_fragment:
