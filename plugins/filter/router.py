@@ -10,42 +10,49 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils.router import _router_fleet
-from ansible_collections.gpufleet.sglang.plugins.module_utils.router._router import (
-    RouterError,
-    worker_urls,
-)
+# The module_utils are imported where a filter runs, not when this file loads: Ansible
+# resolves any gpufleet.sglang filter name by loading every filter file of the collection,
+# once in each task's worker process that templates one (about 40-60 ms of controller CPU
+# when these files imported their module_utils, compiled from source each time).
+
+
+def _fleet():
+    from ansible_collections.gpufleet.sglang.plugins.module_utils.router import _router_fleet
+    return _router_fleet
+
+
+def _worker_urls(servers, groups, hostvars, default_port):
+    from ansible_collections.gpufleet.sglang.plugins.module_utils.router import _router
+    try:
+        return _router.worker_urls(servers, groups, hostvars, default_port)
+    except _router.RouterError as exc:
+        raise AnsibleFilterError(str(exc))
 
 
 def router_worker_urls(servers, groups, hostvars, default_port=30000):
     """One worker URL per server of ``servers`` (a multi-node server's rank 0)."""
-    try:
-        return worker_urls(list(servers), groups, hostvars, default_port)
-    except RouterError as exc:
-        raise AnsibleFilterError(str(exc))
+    return _worker_urls(list(servers), groups, hostvars, default_port)
 
 
 def router_endpoints(router_hosts, hostvars):
     """Every router of the group: ``[{host, url, unit_path}]`` (no key: see _router_fleet.routers)."""
+    fleet = _fleet()
     try:
-        return _router_fleet.routers(list(router_hosts or []), hostvars)
-    except _router_fleet.FleetError as exc:
+        return fleet.routers(list(router_hosts or []), hostvars)
+    except fleet.FleetError as exc:
         raise AnsibleFilterError(str(exc))
 
 
 def _host_url(host, groups, hostvars, default_port):
-    try:
-        urls = worker_urls([host], groups, hostvars, default_port)
-    except RouterError as exc:
-        raise AnsibleFilterError(str(exc))
+    urls = _worker_urls([host], groups, hostvars, default_port)
     return urls[0] if urls else ""
 
 
 def _plan_of(hv):
     unit = hv.get("__server_unit_plan") or {}
     hold = hv.get("__server_router_hold") or {}
-    return _router_fleet.switch_plan(unit.get("restart", False), unit.get("has_last_good", False),
-                                     hold.get("held", False))
+    return _fleet().switch_plan(unit.get("restart", False), unit.get("has_last_good", False),
+                                hold.get("held", False))
 
 
 def router_switch_plan(host, hostvars):
@@ -72,6 +79,7 @@ def router_membership_inputs(hosts, groups, hostvars, default_port=30000,
     ``__server_router_hold``) is in ``held``; a host whose hold was not read this run
     (and is not held by the inventory) is ``unknown`` and left out of ``urls`` (nothing is
     changed for it); ``by_host`` maps each host to its worker URL."""
+    fleet = _fleet()
     urls, held, unknown, by_host = [], [], [], {}
     for host in hosts or []:
         hv = hostvars.get(host) or {}
@@ -82,14 +90,14 @@ def router_membership_inputs(hosts, groups, hostvars, default_port=30000,
         read = hv.get(hold_var)
         inventory = hv.get("sglang_router_hold", False)
         if not isinstance(read, dict) or "held" not in read:
-            if _router_fleet.is_held(None, inventory):
+            if fleet.is_held(None, inventory):
                 urls.append(url)
                 held.append(url)
             else:
                 unknown.append(host)
             continue
         urls.append(url)
-        if read["held"] or _router_fleet.is_held(None, inventory):
+        if read["held"] or fleet.is_held(None, inventory):
             held.append(url)
     return {"urls": urls, "held": held, "unknown": unknown, "by_host": by_host}
 

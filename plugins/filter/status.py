@@ -8,7 +8,9 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils.status import _status_fleet
+# The module_utils are imported where a filter runs, not when this file loads: Ansible
+# resolves any gpufleet.sglang filter by loading every filter file of the collection, in
+# each task's worker process (see plugins/filter/router.py).
 
 
 def status_fleet(hosts, hostvars, routers=None, by_host=None, status_var="__status",
@@ -16,6 +18,8 @@ def status_fleet(hosts, hostvars, routers=None, by_host=None, status_var="__stat
     """``{lines, rows, missing, failures, ok}`` for ``hosts``. ``routers``: the registered
     loop of router_worker (state=converged, check mode) over the routers (skipped or absent:
     no router); ``by_host``: host -> worker URL."""
+    from ansible_collections.gpufleet.sglang.plugins.module_utils.status import _status_fleet
+
     hosts = list(hosts or [])
     rows, header = {}, None
     for h in hosts:

@@ -9,27 +9,27 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils.check._strategy import (
-    StrategyError,
-    resolve,
-)
-from ansible_collections.gpufleet.sglang.plugins.module_utils.rollout._server_unit import (
-    systemd_arg as _systemd_arg,
-)
+# The module_utils are imported where a filter runs, not when this file loads: Ansible
+# resolves any gpufleet.sglang filter by loading every filter file of the collection, in
+# each task's worker process (see plugins/filter/router.py).
 
 
 def strategy_plan(strategy, gpus_per_node, nnodes=1):
     """Parse and check ``strategy`` for ``nnodes`` hosts of ``gpus_per_node`` GPUs."""
+    from ansible_collections.gpufleet.sglang.plugins.module_utils.check import _strategy
+
     try:
-        return resolve(strategy, _as_int(gpus_per_node, "gpus_per_node"), _as_int(nnodes, "nnodes"))
-    except StrategyError as exc:
+        return _strategy.resolve(strategy, _as_int(gpus_per_node, "gpus_per_node"), _as_int(nnodes, "nnodes"))
+    except _strategy.StrategyError as exc:
         raise AnsibleFilterError(str(exc))
 
 
 def systemd_arg(value):
     """Quote one argument for a systemd ``ExecStart=`` line (see ``_server_unit.systemd_arg``)."""
+    from ansible_collections.gpufleet.sglang.plugins.module_utils.rollout import _server_unit
+
     try:
-        return _systemd_arg(value)
+        return _server_unit.systemd_arg(value)
     except ValueError as exc:
         raise AnsibleFilterError(str(exc))
 

@@ -9,7 +9,10 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpufleet.sglang.plugins.module_utils.tune import plan as _plan
+
+# The module_utils are imported where a filter runs, not when this file loads: Ansible
+# resolves any gpufleet.sglang filter by loading every filter file of the collection, in
+# each task's worker process (see plugins/filter/router.py).
 
 # the inventory variables that make a multi-node server (roles/server/defaults/main.yml)
 SETTINGS = (("nnodes", "sglang_nnodes"), ("group", "sglang_server_group"),
@@ -29,6 +32,8 @@ def tune_units(hosts, hostvars, groups):
         for member in (groups.get(group) or []) if group else []:
             if member not in settings and member in hostvars:
                 settings[member] = dict((key, hostvars[member].get(name)) for key, name in SETTINGS)
+    from ansible_collections.gpufleet.sglang.plugins.module_utils.tune import plan as _plan
+
     units, problems = _plan.trial_units(hosts, settings, groups)
     if problems:
         raise AnsibleFilterError("tune_units: " + "; ".join(problems))
