@@ -19,6 +19,7 @@ def _tool():
     from ansible_collections.gpufleet.sglang.plugins.module_utils.bench import _bench_tool
     return _bench_tool
 
+
 _SERVING_KEYS = ("python", "release", "base_url", "tokenizer", "concurrency", "num_prompts",
                  "input_len", "output_len", "output_file", "seed", "warmup_requests", "backend",
                  "model", "ready_timeout", "extra_args")

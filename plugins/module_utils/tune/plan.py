@@ -75,8 +75,8 @@ def trial_units(hosts, settings, groups):
         missing = [m for m in members if m not in hosts]
         if missing:
             problems.append("tune_hosts: %s runs one server with %s, which is not a trial host: "
-                            "give every host of group %s or none" % (host, ", ".join(missing),
-                                                                      own.get("group")))
+                            "give every host of group %s or none"
+                            % (host, ", ".join(missing), own.get("group")))
             placed.update(members)
             continue
         units.append(sorted(members, key=lambda m: rank_of[m]))

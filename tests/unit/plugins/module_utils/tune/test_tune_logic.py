@@ -289,8 +289,8 @@ def test_a_multi_node_server_is_one_trial_unit_rank_0_first():
     units, problems = tune_plan.trial_units(["m1", "m2", "a"], _settings(m1=1, m2=0), GROUPS)
     assert problems == [] and units == [["m2", "m1"], ["a"]]
     # the control: single-host servers only, every host a unit of its own
-    units, _ = tune_plan.trial_units(["a", "b"], _settings(), GROUPS)
-    assert units == [["a"], ["b"]]
+    units, problems = tune_plan.trial_units(["a", "b"], _settings(), GROUPS)
+    assert problems == [] and units == [["a"], ["b"]]
 
 
 def test_a_multi_node_server_only_partly_on_trial_is_refused_naming_it():
