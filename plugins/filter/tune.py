@@ -23,15 +23,17 @@ def tune_units(hosts, hostvars, groups):
     """The ``hosts`` of gpufleet.sglang.tune_plan for the play's ``hosts``; fails naming
     every problem at once (a multi-node server only partly among the trial hosts, a group
     that cannot form one server)."""
-    settings = {}
-    for host in hosts:
+    def settings_of(host):
         own = hostvars[host] if host in hostvars else {}
-        settings[host] = dict((key, own.get(name)) for key, name in SETTINGS)
+        return dict((key, own.get(name)) for key, name in SETTINGS)
+
+    settings = dict((host, settings_of(host)) for host in hosts)
+    # the other hosts of each multi-node group, for their ranks
     for host in list(settings):
         group = settings[host]["group"]
         for member in (groups.get(group) or []) if group else []:
-            if member not in settings and member in hostvars:
-                settings[member] = dict((key, hostvars[member].get(name)) for key, name in SETTINGS)
+            if member not in settings:
+                settings[member] = settings_of(member)
     from ansible_collections.gpufleet.sglang.plugins.module_utils.tune import plan as _plan
 
     units, problems = _plan.trial_units(hosts, settings, groups)
