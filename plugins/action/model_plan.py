@@ -42,7 +42,6 @@ class ActionModule(ActionBase):
         manifest = args.get("manifest") or []
         plan["session"] = uuid.uuid4().hex
         plan["published_total"] = len([e for e in manifest if int(e.get("size", 0)) > 0])
-        plan["waves"] = list(range(plan["published_total"] if plan["swarm"] else 0))
         result.update(changed=False, plan=plan)
         if plan["fallback"]:
             result["msg"] = ("the swarm engine (libtorrent) is not installed on %s: %s get "

@@ -269,6 +269,7 @@ def finish(module, p, staging, manifest, good, against, result, records, started
     _model.place(staging, p["path"])
     result["elapsed"] = time.time() - started
     result["io"] = _swarm.process_io()
+    result["cpu_s"] = _swarm.process_cpu()
     _model.write_json(_model.last_fetch_path(p["path"]),
                       dict(result, source=p["source"], peer=p["peer"], commit=p["commit"],
                            finished_at=time.time()))
@@ -292,6 +293,7 @@ def run_swarm(module, p, staging, manifest, good, missing, result, started):
             _files.write_json(os.path.join(staging, _model.PIECES), step.records)
         result["elapsed"] = time.time() - started
         result["io"] = _swarm.process_io()
+        result["cpu_s"] = _swarm.process_cpu()
         module.exit_json(**result)
     if not complete:
         _model.write_marker(staging, p["repo_id"], p["commit"], step.good, step.against)

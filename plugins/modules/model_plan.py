@@ -47,7 +47,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 plan:
-  description: C(hub), C(swarm), C(rounds), C(sites), C(fallback), C(session), C(published_total), C(waves).
+  description: C(hub), C(swarm), C(rounds), C(sites), C(fallback), C(session), C(published_total).
   type: dict
   returned: always
 """

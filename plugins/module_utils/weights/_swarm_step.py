@@ -87,8 +87,14 @@ class Step(object):
         self.initial = None
         self.downloader = None
         self.lt = lt
+        # per file, when this host verified it (seed), got its record (peer) and held it
+        # (peer): seconds since the step started, kept in the host's last-fetch record
+        self.events = result.setdefault("events", [])
         self.swarm = _swarm.Swarm(lt, sw["address"], int(sw["port"]), sw.get("peers") or [],
                                   sw.get("peers") or [])
+
+    def _event(self, what, path):
+        self.events.append([round(time.time() - self.started, 3), what, path])
 
     # --- what this host holds -------------------------------------------------------
     def _stat(self, path):
@@ -168,6 +174,7 @@ class Step(object):
             self.against[item["path"]] = _swarm.against(rec, "hub")
             self.result["bytes_hashed"] += item["size"]
             self._publish(rec)
+            self._event("verified", item["path"])
         if items:
             self.keep()
 
@@ -194,6 +201,7 @@ class Step(object):
                 self.records[path] = rec
                 if path not in self.good:
                     self.swarm.add(rec, os.path.dirname(os.path.join(self.base, path)))
+                    self._event("record", path)
         self.inbox_seen = len(lines)
 
     def collect(self):
@@ -209,6 +217,7 @@ class Step(object):
                 self.against[path] = _swarm.against(self.records[path], "peer")
                 self.result["bytes_hashed"] += self.by_path[path]["size"]
                 self.result["transferred"].append(path)
+                self._event("held", path)
             else:
                 in_flight += done
         if len(self.good) > before:

@@ -97,6 +97,15 @@ def test_seed_and_two_peers_hash_once_and_close_the_port(hub, tmp_path):
     assert sorted(results[1]["transferred"]) == sorted(e["path"] for e in nonempty)
     notes = steps[1].against
     assert all(notes[e["path"]].startswith("btv1:") for e in nonempty)
+    # the per-file timeline in each host's record: the seed verified every shard; a peer got
+    # each record, then held the file
+    seed_at = dict((path, t) for t, what, path in results[0]["events"] if what == "verified")
+    assert sorted(seed_at) == sorted(e["path"] for e in nonempty)
+    for res in results[1:]:
+        got = dict((path, t) for t, what, path in res["events"] if what == "record")
+        held = dict((path, t) for t, what, path in res["events"] if what == "held")
+        assert sorted(got) == sorted(held) == sorted(seed_at)
+        assert all(got[path] <= held[path] for path in held)
     assert all(steps[0].against[e["path"]].startswith(e["algo"] + ":") for e in manifest)
     import socket
     for address in ADDRS:  # nothing listens on the swarm port any more

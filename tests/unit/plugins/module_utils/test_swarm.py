@@ -2,6 +2,7 @@
 records, and the plan (who seeds, who swarms, who falls back to rsync rounds)."""
 import hashlib
 import os
+import time
 
 import pytest
 
@@ -83,6 +84,17 @@ def test_session_settings_keep_the_swarm_inside_the_fleet():
     assert settings["listen_interfaces"] == "10.0.0.5:8731"
     for key in ("enable_dht", "enable_lsd", "enable_upnp", "enable_natpmp"):
         assert settings[key] is False
+    assert settings["aio_threads"] == 2
+
+
+def test_process_cpu_counts_this_process_work():
+    before = _swarm.process_cpu()
+    assert set(before) == {"user", "system"}
+    deadline = time.time() + 0.3
+    while time.time() < deadline:
+        sum(range(10000))
+    after = _swarm.process_cpu()
+    assert after["user"] + after["system"] > before["user"] + before["system"]
 
 
 HOSTS = {"a1": "east", "a2": "east", "a3": "east", "a4": "east", "b1": "west", "b2": "west"}
