@@ -51,3 +51,18 @@ def install_venv_python(bin_dir):
         handle.write(text)
     os.chmod(path, os.stat(path).st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return path
+
+
+class ActionTask(object):
+    """The task an action plugin reads in a unit test: its arguments, no async, no check
+    or diff mode."""
+
+    def __init__(self, args, action="gpufleet.sglang.test"):
+        self.args = args
+        self.async_val = 0
+        self.action = action
+        self.check_mode = False
+        self.diff = False
+
+    def get_validated_value(self, *args):  # pylint: disable=unused-argument
+        return None

@@ -10,9 +10,16 @@ __metaclass__ = type
 
 import uuid
 
+from ansible import constants as C
+from ansible import context
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils.weights import _fanout
+from ansible_collections.gpufleet.sglang.plugins.module_utils.weights import _fanout, _relay
+
+
+def forks():
+    """The run's forks (the command line's, else the configuration's)."""
+    return context.CLIARGS.get("forks") or C.DEFAULT_FORKS
 
 
 class ActionModule(ActionBase):
@@ -42,6 +49,10 @@ class ActionModule(ActionBase):
         manifest = args.get("manifest") or []
         plan["session"] = uuid.uuid4().hex
         plan["published_total"] = len([e for e in manifest if int(e.get("size", 0)) > 0])
+        # the relay hands the records out in one task while the hosts run, when every host's
+        # instance of it gets a worker at once; otherwise the waves (wave.yml) do
+        plan["relay"] = bool(plan["swarm"]) and _relay.fits(hosts, forks())
+        plan["relay_dir"] = _relay.directory(plan["session"])
         result.update(changed=False, plan=plan)
         if plan["fallback"]:
             result["msg"] = ("the swarm engine (libtorrent) is not installed on %s: %s get "

@@ -47,7 +47,11 @@ EXAMPLES = r"""
 
 RETURN = r"""
 plan:
-  description: C(hub), C(swarm), C(rounds), C(sites), C(fallback), C(session), C(published_total).
+  description:
+    - C(hub), C(swarm), C(rounds), C(sites), C(fallback), C(session), C(published_total),
+      C(relay_dir).
+    - C(relay) is true when M(gpufleet.sglang.model_relay) hands out the seed's records
+      (C(forks) covers every host of the plan); otherwise the role's waves do.
   type: dict
   returned: always
 """

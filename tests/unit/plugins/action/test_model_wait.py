@@ -2,6 +2,7 @@
 import pytest
 
 from ansible_collections.gpufleet.sglang.plugins.action.model_wait import finished
+from ansible_collections.gpufleet.sglang.tests.doubles import ActionTask
 
 
 @pytest.mark.parametrize("status,done", [
@@ -14,18 +15,6 @@ def test_finished(status, done):
     assert finished(status) is done
 
 
-class _Task(object):
-    def __init__(self, args):
-        self.args = args
-        self.async_val = 0
-        self.action = "gpufleet.sglang.model_wait"
-        self.check_mode = False
-        self.diff = False
-
-    def get_validated_value(self, *args):  # pylint: disable=unused-argument
-        return None
-
-
 def _action(args, answers, status=None):
     """The action with its host calls replaced: ``answers`` are what model_watch says at
     each run (the last one repeats); a run that is no answer takes its whole window on a
@@ -33,7 +22,7 @@ def _action(args, answers, status=None):
     from ansible_collections.gpufleet.sglang.plugins.action import model_wait
     from unittest import mock
 
-    action = model_wait.ActionModule(_Task(args), mock.MagicMock(), mock.MagicMock(),
+    action = model_wait.ActionModule(ActionTask(args, 'gpufleet.sglang.model_wait'), mock.MagicMock(), mock.MagicMock(),
                                      mock.MagicMock(), mock.MagicMock(), mock.MagicMock())
     calls = {"status": 0, "watch": 0, "windows": [], "sleeps": 0}
     now = [1000.0]

@@ -1,0 +1,176 @@
+"""The one-task relay (gpufleet.sglang.model_relay): the feeder's instance appends what the
+seed published, the peers' instances hand it to their inboxes as it comes, failures travel
+from the feeder to the peers. Host calls are replaced; the relay file is real."""
+import threading
+import time
+
+import pytest
+
+from ansible_collections.gpufleet.sglang.plugins.module_utils.weights import _relay
+from ansible_collections.gpufleet.sglang.tests.doubles import ActionTask
+
+
+def _action(args, answers=(), status=None, clock=None, sleep=None):
+    """The action with its host calls replaced: ``answers`` are what model_watch says on the
+    feeder at each run (the last repeats); every inbox append is kept."""
+    from unittest import mock
+    from ansible_collections.gpufleet.sglang.plugins.action import model_relay
+
+    action = model_relay.ActionModule(ActionTask(args, 'gpufleet.sglang.model_relay'), mock.MagicMock(), mock.MagicMock(),
+                                      mock.MagicMock(), mock.MagicMock(), mock.MagicMock())
+    calls = {"watch": [], "added": [], "status": 0}
+
+    def watch(module_args, _vars):
+        calls["watch"].append(dict(module_args))
+        return dict(answers[min(len(calls["watch"]), len(answers)) - 1])
+
+    def job_status(_jid, _vars):
+        calls["status"] += 1
+        return dict(status or {"finished": True, "failed": True, "msg": "Hub said 500"})
+
+    def add(inbox, session, records, _vars):
+        calls["added"].append((inbox, session, [r["path"] for r in records]))
+        return {"changed": True}
+
+    action._watch, action._status, action._swarm_add = watch, job_status, add
+    action._async_dir = "/root/.ansible_async"
+    if clock:
+        action._clock = clock
+    if sleep:
+        action._sleep = sleep
+    return action, calls
+
+
+@pytest.fixture(autouse=True)
+def _no_base_run(monkeypatch):
+    from ansible_collections.gpufleet.sglang.plugins.action import model_wait
+    monkeypatch.setattr(model_wait.ActionBase, "run", lambda self, tmp=None, task_vars=None: {})
+
+
+def _args(tmp_path, role, **extra):
+    args = {"role": role, "feeder": "seed", "relay_dir": str(tmp_path / "relay"),
+            "session": "s1", "published_total": 3, "jid": "7", "published_path": "/pub",
+            "inbox": "/inbox", "interval": 5, "timeout": 60}
+    args.update(extra)
+    return args
+
+
+RUNNING = {"answered": False, "ended": False, "progress": {"line": "1/3 files"}}
+
+
+def test_the_feeder_appends_each_batch_until_every_record_is_out(tmp_path):
+    answers = [RUNNING,
+               {"answered": True, "ended": False, "published": [{"path": "a"}, {"path": "b"}],
+                "count": 2},
+               {"answered": True, "ended": False, "published": [{"path": "c"}], "count": 3}]
+    action, calls = _action(_args(tmp_path, "feeder"), answers)
+    res = action.run(task_vars={"inventory_hostname": "seed"})
+    assert res == {"changed": False, "published": 3, "batches": 2}
+    # each look asks for what came after the records already relayed
+    assert [c["published_after"] for c in calls["watch"]] == [0, 0, 2]
+    assert calls["watch"][0]["job_path"] == "/root/.ansible_async/7"
+    records, failed, seen = _relay.read(_relay.path(str(tmp_path / "relay"), "seed"), "s1", 0)
+    assert [r["path"] for r in records] == ["a", "b", "c"] and failed is None and seen == 2
+    assert calls["added"] == [] and calls["status"] == 0
+
+
+def test_a_transfer_that_ends_first_fails_the_feeder_and_tells_the_peers(tmp_path):
+    answers = [{"answered": True, "ended": False, "published": [{"path": "a"}], "count": 1},
+               {"answered": True, "ended": True}]
+    action, calls = _action(_args(tmp_path, "feeder"), answers)
+    res = action.run(task_vars={"inventory_hostname": "seed"})
+    assert res["failed"] and "ended after 1 of 3 files: Hub said 500" in res["msg"]
+    assert calls["status"] == 1
+    peer, peer_calls = _action(_args(tmp_path, "peer"))
+    res = peer.run(task_vars={"inventory_hostname": "p1"})
+    # the peer hands out what came before the failure, then fails with the feeder's words
+    assert peer_calls["added"] == [("/inbox", "s1", ["a"])]
+    assert res["failed"] and res["handed"] == 1
+    assert "the site's feeder seed: the transfer on seed ended after 1 of 3" in res["msg"]
+
+
+def test_a_peer_that_gets_nothing_fails_at_its_timeout(tmp_path):
+    _relay.create(str(tmp_path / "relay"))
+    now = [0.0]
+
+    def sleep(seconds):
+        now[0] += seconds
+
+    action, calls = _action(_args(tmp_path, "peer", timeout=3), clock=lambda: now[0],
+                            sleep=sleep)
+    res = action.run(task_vars={"inventory_hostname": "p1"})
+    assert res["failed"] and res["msg"] == "0 of 3 records from seed in 3s"
+    assert calls["added"] == [] and 3.0 < now[0] < 3.3
+
+
+def test_holders_relay_nothing_and_a_bad_role_is_named(tmp_path):
+    action, calls = _action(_args(tmp_path, "holder"))
+    assert action.run(task_vars={})["handed"] == 0 and not calls["watch"]
+    action, _calls = _action(_args(tmp_path, "leech"))
+    assert "role is 'leech'" in action.run(task_vars={})["msg"]
+
+
+def test_remove_takes_the_directory_away(tmp_path):
+    _relay.create(str(tmp_path / "relay"))
+    action, _calls = _action({"relay_dir": str(tmp_path / "relay"), "remove": True})
+    assert action.run(task_vars={}) == {"changed": True}
+    assert not (tmp_path / "relay").exists()
+    assert action.run(task_vars={}) == {"changed": False}
+
+
+def test_feeder_and_peers_side_by_side_hand_out_every_record_as_it_comes(tmp_path):
+    """What the role runs: the feeder's and two peers' instances at once (threads here,
+    forks there). Each batch reaches both peers while the feeder still waits for the next;
+    the control: the same peers without a feeder get nothing."""
+    published = []
+    batches = [[{"path": "a"}], [{"path": "b"}, {"path": "c"}]]
+
+    class SlowSeed(object):
+        """model_watch on the feeder: each look takes 0.3 s and returns the next batch."""
+        def __init__(self):
+            self.count = 0
+
+        def __call__(self, module_args, _vars):
+            time.sleep(0.3)
+            if not batches:
+                return {"answered": False, "ended": False, "progress": {}}
+            batch = batches.pop(0)
+            published.append(time.monotonic())
+            self.count += len(batch)
+            return {"answered": True, "ended": False, "published": batch, "count": self.count}
+
+    feeder, _calls = _action(_args(tmp_path, "feeder"))
+    feeder._watch = SlowSeed()
+    peers = [_action(_args(tmp_path, "peer", inbox="/inbox-%d" % i)) for i in (1, 2)]
+    handed_at = []
+
+    def stamp(calls_list):
+        def add(inbox, session, records, _vars):
+            calls_list.append((inbox, session, [r["path"] for r in records]))
+            handed_at.append(time.monotonic())
+            return {"changed": True}
+        return add
+
+    for peer, calls in peers:
+        peer._swarm_add = stamp(calls["added"])
+    out = {}
+    threads = [threading.Thread(target=lambda: out.update(feeder=feeder.run(task_vars={})))]
+    threads += [threading.Thread(target=lambda p=p, i=i: out.update({i: p[0].run(task_vars={})}))
+                for i, p in enumerate(peers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(20)
+    assert out["feeder"]["published"] == 3
+    for i, (_peer, calls) in enumerate(peers):
+        assert out[i] == {"changed": False, "handed": 3, "batches": len(calls["added"])}
+        assert [p for _inbox, _s, paths in calls["added"] for p in paths] == ["a", "b", "c"]
+    # the first batch was handed out before the second was published
+    assert min(handed_at) < published[1]
+    # control: peers of another session's directory, with no feeder, hand out nothing
+    _relay.create(str(tmp_path / "other"))
+    now = [0.0]
+    lonely, lonely_calls = _action(_args(tmp_path, "peer", relay_dir=str(tmp_path / "other"),
+                                         timeout=1), clock=lambda: now[0],
+                                   sleep=lambda s: now.__setitem__(0, now[0] + s))
+    assert lonely.run(task_vars={})["failed"] and lonely_calls["added"] == []
