@@ -20,6 +20,7 @@ __metaclass__ = type
 
 from ansible.utils.display import Display
 from ansible_collections.gpufleet.sglang.plugins.action import model_wait
+from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _waiter
 from ansible_collections.gpufleet.sglang.plugins.module_utils.weights import _relay
 
 display = Display()
@@ -67,41 +68,50 @@ class ActionModule(model_wait.ActionModule):
         interval = float(args.get("interval", 10))
         timeout = float(args.get("timeout", 86400))
         _relay.create(args["relay_dir"])
-        watch_args = {"job_path": "%s/%s" % (self._job_dir(), args["jid"]),
-                      "until": "published", "progress_path": args.get("progress_path"),
-                      "session": session, "published_path": args.get("published_path"),
-                      "published_total": total,
-                      "published_batch": float(args.get("published_batch", 0.2))}
+        watch_args = self._watch_args(args, "published", batch=0.2)
+        out = {"count": 0, "batches": 0}  # what went into the relay file so far
         begun = self._clock()
-        count, batches = 0, 0
-        while count < total:
+
+        def look():
+            """One run of model_watch on the host (the rest of this interval); a batch of
+            records goes into the relay file at once."""
             left = timeout - (self._clock() - begun)
-            if left <= 0:
-                return self._feeder_failed(relay_file, session, result,
-                                           "the transfer on %s published %d of %d files in "
-                                           "%ds" % (host, count, total, timeout))
-            seen = self._watch(dict(watch_args, published_after=count,
+            seen = self._watch(dict(watch_args, published_after=out["count"],
                                     window=max(0.0, min(interval, left))), task_vars)
-            if seen.get("failed"):
-                return self._feeder_failed(relay_file, session, result,
-                                           "watching the transfer on %s failed: %s"
-                                           % (host, seen.get("msg")))
-            if seen.get("ended"):
-                status = self._status(args["jid"], task_vars)
-                return self._feeder_failed(relay_file, session, result,
-                                           "the transfer on %s ended after %d of %d files: %s"
-                                           % (host, count, total,
-                                              status.get("msg") or "no message"))
-            if "published" in seen:
-                records = seen["published"]
-                _relay.append(relay_file, session, records=records)
-                count = int(seen["count"])
-                batches += 1
-                continue
+            if "published" in seen and not (seen.get("failed") or seen.get("ended")):
+                _relay.append(relay_file, session, records=seen["published"])
+                out["count"] = int(seen["count"])
+                out["batches"] += 1
+            return seen
+
+        def over(seen):
+            return bool(seen.get("failed") or seen.get("ended") or out["count"] >= total)
+
+        def line(seen, _elapsed):
             progress = seen.get("progress") or {}
-            if progress.get("line"):
+            if not seen.get("answered") and progress.get("line"):
                 display.display("model transfer %s: %s" % (host, progress["line"]))
-        return dict(result, changed=False, published=count, batches=batches)
+
+        if total <= 0:
+            return dict(result, changed=False, published=0, batches=0)
+        done = _waiter.wait(look, ready=over, timeout=timeout, interval=0.0, on_poll=line,
+                            clock=self._clock, sleep=self._sleep)
+        seen = done.value or {}
+        if seen.get("failed"):
+            return self._feeder_failed(relay_file, session, result,
+                                       "watching the transfer on %s failed: %s"
+                                       % (host, seen.get("msg")))
+        if seen.get("ended"):
+            status = self._status(args["jid"], task_vars)
+            return self._feeder_failed(relay_file, session, result,
+                                       "the transfer on %s ended after %d of %d files: %s"
+                                       % (host, out["count"], total,
+                                          status.get("msg") or "no message"))
+        if not done.ok:
+            return self._feeder_failed(relay_file, session, result,
+                                       "the transfer on %s published %d of %d files in %ds"
+                                       % (host, out["count"], total, timeout))
+        return dict(result, changed=False, published=out["count"], batches=out["batches"])
 
     @staticmethod
     def _feeder_failed(relay_file, session, result, msg):
@@ -113,30 +123,35 @@ class ActionModule(model_wait.ActionModule):
         session = args["session"]
         total = int(args["published_total"])
         timeout = float(args.get("timeout", 86400))
-        begun = self._clock()
-        seen, handed, batches = 0, 0, 0
-        while handed < total:
+        out = {"seen": 0, "handed": 0, "batches": 0}  # relay lines read, records handed out
+
+        def look():
+            """Read the relay file's new lines and hand their records to the inbox; what
+            stops the peer (a failure here or the feeder's) comes back as ``error``."""
             try:
-                records, failed, seen = _relay.read(relay_file, session, seen)
+                records, failed, out["seen"] = _relay.read(relay_file, session, out["seen"])
             except (_relay.RelayError, OSError) as error:
-                return dict(result, failed=True, msg="the relay on the controller: %s" % error)
+                return {"error": "the relay on the controller: %s" % error}
             if records:
                 added = self._swarm_add(args["inbox"], session, records, task_vars)
                 if added.get("failed"):
-                    return dict(result, failed=True, handed=handed,
-                                msg="handing %d records to %s failed: %s"
-                                    % (len(records), task_vars.get("inventory_hostname"),
-                                       added.get("msg")))
-                handed += len(records)
-                batches += 1
+                    return {"error": "handing %d records to %s failed: %s"
+                                     % (len(records), task_vars.get("inventory_hostname"),
+                                        added.get("msg"))}
+                out["handed"] += len(records)
+                out["batches"] += 1
             if failed:
-                return dict(result, failed=True, handed=handed,
-                            msg="the site's feeder %s: %s" % (args["feeder"], failed))
-            if records:
-                continue
-            if self._clock() - begun > timeout:
-                return dict(result, failed=True, handed=handed,
-                            msg="%d of %d records from %s in %ds" % (
-                                handed, total, args["feeder"], timeout))
-            self._sleep(POLL_S)
-        return dict(result, changed=False, handed=handed, batches=batches)
+                return {"error": "the site's feeder %s: %s" % (args["feeder"], failed)}
+            return {}
+
+        done = _waiter.wait(look, ready=lambda seen: bool(seen.get("error"))
+                            or out["handed"] >= total,
+                            timeout=timeout, interval=POLL_S, clock=self._clock,
+                            sleep=self._sleep)
+        if done.value.get("error"):
+            return dict(result, failed=True, handed=out["handed"], msg=done.value["error"])
+        if not done.ok:
+            return dict(result, failed=True, handed=out["handed"],
+                        msg="%d of %d records from %s in %ds" % (
+                            out["handed"], total, args["feeder"], timeout))
+        return dict(result, changed=False, handed=out["handed"], batches=out["batches"])

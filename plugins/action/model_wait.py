@@ -57,6 +57,17 @@ class ActionModule(ActionBase):
         return self._execute_module(module_name="gpufleet.sglang.model_watch",
                                     module_args=module_args, task_vars=task_vars)
 
+    def _watch_args(self, args, until, batch=1.0):
+        """model_watch's arguments for the job ``args["jid"]`` (the window and, for the
+        relay's feeder, ``published_after`` are set at each look)."""
+        return {"job_path": os.path.join(self._job_dir(), str(args.get("jid"))), "until": until,
+                "progress_path": args.get("progress_path"),
+                "session": args.get("session"),
+                "published_path": args.get("published_path"),
+                "published_after": int(args.get("published_after", 0)),
+                "published_total": int(args.get("published_total", 0)),
+                "published_batch": float(args.get("published_batch", batch))}
+
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}
         result = super(ActionModule, self).run(tmp, task_vars)
@@ -66,13 +77,7 @@ class ActionModule(ActionBase):
         timeout = float(args.get("timeout", 86400))
         until = args.get("until", "finished")
         host = task_vars.get("inventory_hostname")
-        watch_args = {"job_path": os.path.join(self._job_dir(), str(jid)), "until": until,
-                      "progress_path": args.get("progress_path"),
-                      "session": args.get("session"),
-                      "published_path": args.get("published_path"),
-                      "published_after": int(args.get("published_after", 0)),
-                      "published_total": int(args.get("published_total", 0)),
-                      "published_batch": float(args.get("published_batch", 1.0))}
+        watch_args = self._watch_args(args, until)
         lines = []
         begun = self._clock()
 

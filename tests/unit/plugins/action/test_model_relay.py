@@ -100,7 +100,29 @@ def test_a_peer_that_gets_nothing_fails_at_its_timeout(tmp_path):
                             sleep=sleep)
     res = action.run(task_vars={"inventory_hostname": "p1"})
     assert res["failed"] and res["msg"] == "0 of 3 records from seed in 3s"
-    assert calls["added"] == [] and 3.0 < now[0] < 3.3
+    assert calls["added"] == [] and now[0] == pytest.approx(3.0)
+
+
+def test_a_feeder_whose_seed_publishes_too_little_fails_at_its_timeout_and_tells_the_peers(
+        tmp_path):
+    now = [0.0]
+    answers = [{"answered": True, "ended": False, "published": [{"path": "a"}], "count": 1},
+               RUNNING]
+    action, calls = _action(_args(tmp_path, "feeder", timeout=12), answers,
+                            clock=lambda: now[0], sleep=lambda s: None)
+    watch = action._watch
+
+    def watch_a_window(module_args, task_vars):  # each look on the host lasts its window
+        now[0] += module_args["window"]
+        return watch(module_args, task_vars)
+
+    action._watch = watch_a_window
+    res = action.run(task_vars={"inventory_hostname": "seed"})
+    assert res["failed"] and res["msg"] == "the transfer on seed published 1 of 3 files in 12s"
+    # windows of 5, 5 and the 2 s left: never a look past the timeout
+    assert [c["window"] for c in calls["watch"]] == [5, 5, 2] and now[0] == 12
+    records, failed, _seen = _relay.read(_relay.path(str(tmp_path / "relay"), "seed"), "s1", 0)
+    assert [r["path"] for r in records] == ["a"] and failed == res["msg"]
 
 
 def test_holders_relay_nothing_and_a_bad_role_is_named(tmp_path):
