@@ -22,6 +22,8 @@ __metaclass__ = type
 
 import math
 
+from ansible_collections.gpufleet.sglang.plugins.module_utils.weights import _swarm
+
 
 def plan(hosts, verified=(), seeds=None, engine=None, addresses=None):
     """The fan-out plan.
@@ -171,19 +173,12 @@ def placement_time(size, hosts, wan_bps, lan_bps, mode="doubling", sites=1, hash
     if mode == "swarm":
         seed_bps = min(wan_bps, lan_bps, hash_bps or wan_bps)
         last = size if file_bytes is None else min(file_bytes, size)
-        piece = piece_bytes or _piece_length(last)
+        piece = piece_bytes or _swarm.piece_length(last)
         if per_site <= 1:
             return size / seed_bps
         return (size / seed_bps + last / (lan_bps * efficiency)
                 + rounds_needed(per_site) * piece / lan_bps)
     raise ValueError("mode %r: expected hub, doubling or swarm" % mode)
-
-
-def _piece_length(size):
-    length = 16 * 1024
-    while length < 16 * 1024 * 1024 and length * 1024 < size:
-        length *= 2
-    return length
 
 
 def figures(size, host_counts, wan_bps, lan_bps, hash_bps=None, file_bytes=None,

@@ -83,6 +83,8 @@ class Step(object):
         self.failure = None
         self.stop = False
         self.inbox_seen = 0
+        self.inbox_size = None
+        self.progress_written = (None, 0.0)  # what the last progress file said, and when
         self.started = time.time()
         self.initial = None
         self.downloader = None
@@ -188,6 +190,13 @@ class Step(object):
 
     # --- the peer's inbox ----------------------------------------------------------
     def read_inbox(self):
+        try:
+            size = os.path.getsize(self.sw["inbox"])
+        except OSError:
+            size = None
+        if size == self.inbox_size:
+            return  # nothing appended since the last look (the loop looks 4 times a second)
+        self.inbox_size = size
         lines = [line for line in _files.read_lines(self.sw["inbox"])
                  if line.get("session") == self.session]
         for line in lines[self.inbox_seen:]:
@@ -253,9 +262,13 @@ class Step(object):
                                   " (swarm %s)" % self.role)}
         if self.complete() and "complete_at" not in self.result:
             self.result["complete_at"] = time.time()
-        if self.progress_path:
+        # written when a file is done or published, or a second after the last write
+        said = (data["files_done"], data["published"], data["complete"])
+        if self.progress_path and (said != self.progress_written[0]
+                                   or time.time() - self.progress_written[1] >= 1.0):
             try:
                 _files.write_json(self.progress_path, data)
+                self.progress_written = (said, time.time())
             except OSError:
                 pass
 
@@ -283,7 +296,8 @@ class Step(object):
                 time.sleep(0.25)
         finally:
             self.result["bytes_served"] = sum(
-                int(h.status().total_payload_upload) for h in self.swarm.handles.values())
+                int(h.status(_swarm.STATUS_FLAGS).total_payload_upload)
+                for h in self.swarm.handles.values())
             state = self.swarm.state()
             if self.role == "peer":
                 self.result["bytes_transferred"] += sum(v[2] for v in state.values())

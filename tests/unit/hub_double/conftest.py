@@ -11,10 +11,22 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import hub_double  # noqa: E402
 
 
+def _hub(fixtures_dir, shard_size):
+    with open(os.path.join(fixtures_dir, "models", "moonshotai__Kimi-K2.5", "config.json"), "rb") as handle:
+        files = hub_double.build_repo(handle.read(), shards=3, shard_size=shard_size)
+    return hub_double.HubDouble(hub_double.Repo(hub_double.REPO_ID, files)).start()
+
+
 @pytest.fixture
 def hub(fixtures_dir):
-    with open(os.path.join(fixtures_dir, "models", "moonshotai__Kimi-K2.5", "config.json"), "rb") as handle:
-        files = hub_double.build_repo(handle.read(), shards=3, shard_size=256 * 1024)
-    double = hub_double.HubDouble(hub_double.Repo(hub_double.REPO_ID, files)).start()
+    double = _hub(fixtures_dir, 256 * 1024)
+    yield double
+    double.stop()
+
+
+@pytest.fixture
+def hub_of_big_shards(fixtures_dir):
+    """Shards of 1 MiB and a bit: 2 pieces each (the swarm's pieces are 1 MiB at least)."""
+    double = _hub(fixtures_dir, 1024 * 1024 + 4096)
     yield double
     double.stop()

@@ -2,6 +2,7 @@
 double hashing as it writes, two peers that get the records through their inbox, a holder
 that serves a verified copy, and a kill/resume. Needs libtorrent (skipped without it; the
 molecule scenario `model` runs it on the test hosts with Debian's python3-libtorrent)."""
+import math
 import os
 import threading
 import time
@@ -24,10 +25,11 @@ if lt is None:
 ADDRS = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
 
 
-def params(hub, commit, tmp, role, address, port, session="s1"):
+def params(hub, commit, tmp, role, address, port, session="s1", addrs=None):
     return {"repo_id": REPO_ID, "commit": commit, "endpoint": hub.endpoint, "token": "",
             "xet": False, "workers": 2,
-            "swarm": {"role": role, "address": address, "port": port, "peers": ADDRS,
+            "swarm": {"role": role, "address": address, "port": port,
+                      "peers": addrs or ADDRS,
                       "session": session, "inbox": str(tmp / ("inbox-" + address)),
                       "published": str(tmp / ("published-" + address)), "deadline": 60}}
 
@@ -65,19 +67,31 @@ def run_step(step, missing, out):
 
 
 def test_seed_and_two_peers_hash_once_and_close_the_port(hub, tmp_path):
+    _seed_and_peers(hub, tmp_path, ADDRS, super_seeded=False)
+
+
+def test_seed_and_three_peers_super_seeded_hash_once_and_close_the_port(hub_of_big_shards,
+                                                                        tmp_path):
+    """A site of 4 hosts: the seed super-seeds its shards of 2 pieces (BEP 16) and every
+    peer still gets every file, verified piece by piece, the seed sending about one copy."""
+    _seed_and_peers(hub_of_big_shards, tmp_path, ADDRS + ["127.0.0.4"], super_seeded=True)
+
+
+def _seed_and_peers(hub, tmp_path, addrs, super_seeded):
     commit, manifest, _xet = _model_hub.resolve(hub.endpoint, REPO_ID, "main")
     port = 17000 + os.getpid() % 1000
-    bases = [str(tmp_path / ("h%d" % i)) for i in range(3)]
+    n = len(addrs)
+    bases = [str(tmp_path / ("h%d" % i)) for i in range(n)]
     for base in bases:
         os.makedirs(base)
-    ps = [params(hub, commit, tmp_path, "seed" if i == 0 else "peer", ADDRS[i], port)
-          for i in range(3)]
-    results = [result() for _index in range(3)]
+    ps = [params(hub, commit, tmp_path, "seed" if i == 0 else "peer", addrs[i], port,
+                 addrs=addrs) for i in range(n)]
+    results = [result() for _index in range(n)]
     steps = [_swarm_step.Step(ps[i], bases[i], manifest, {}, str(tmp_path / ("prog%d" % i)),
-                              results[i], lt) for i in range(3)]
+                              results[i], lt) for i in range(n)]
     out = {}
     threads = [threading.Thread(target=run_step, args=(steps[i], manifest if i == 0 else [], out))
-               for i in range(3)]
+               for i in range(n)]
     for thread in threads:
         thread.start()
     relay(ps[0], ps[1:], lambda: all(s.complete() for s in steps))
@@ -107,8 +121,12 @@ def test_seed_and_two_peers_hash_once_and_close_the_port(hub, tmp_path):
         assert sorted(got) == sorted(held) == sorted(seed_at)
         assert all(got[path] <= held[path] for path in held)
     assert all(steps[0].against[e["path"]].startswith(e["algo"] + ":") for e in manifest)
+    # super-seeded (4 hosts, shards of more than one piece) or not (3 hosts)
+    assert steps[0].swarm is not None and steps[0].swarm.super_seed is super_seeded
+    pieces = [int(math.ceil(e["size"] / float(_swarm.piece_length(e["size"])))) for e in nonempty]
+    assert (max(pieces) > 1) is super_seeded
     import socket
-    for address in ADDRS:  # nothing listens on the swarm port any more
+    for address in addrs:  # nothing listens on the swarm port any more
         with pytest.raises(OSError):
             socket.create_connection((address, port), timeout=1).close()
 
@@ -180,3 +198,39 @@ def test_holders_repair_a_truncated_shard_with_no_hub_byte(hub, tmp_path):
     unique = results[2]["bytes_transferred"] - results[2]["bytes_redundant"]
     assert shard["size"] - keep <= unique <= shard["size"] - keep + plen
     assert results[0]["bytes_read_to_hash"] == results[1]["bytes_read_to_hash"] == 0
+
+
+def test_a_verified_copy_of_several_pieces_is_super_seeded_on_a_site_of_four_hosts(tmp_path):
+    """On a site of 4 hosts (3 other hosts, SUPER_SEED_PEERS) the seed (and a holder) shows
+    each peer the pieces few others hold (BEP 16), for a file of more than one piece; a
+    file of one piece is served plainly, and a peer's torrent never is super-seeded. The
+    control: on a site of 2 hosts nothing is."""
+    port = 18000 + os.getpid() % 1000
+
+    def rec(path, size):
+        data = os.urandom(size)
+        with open(str(tmp_path / path), "wb") as handle:
+            handle.write(data)
+        hasher = _swarm.StreamHash("sha256", size)
+        hasher.update(data)
+        digest, pieces = hasher.finish()
+        entry = {"path": path, "size": size, "algo": "sha256", "digest": digest}
+        return _swarm.record(entry, digest, hasher.plen, pieces, "seed")
+
+    several = rec("shard.bin", 2 * _swarm.PIECE_MIN + 5)
+    one = rec("config.json", 300)
+    assert len(several["pieces"]) == 3 * 40 and len(one["pieces"]) == 40
+    seen = {}
+    for hosts in (4, 2):
+        addrs = ["127.0.0.%d" % (i + 1) for i in range(hosts)]
+        swarm = _swarm.Swarm(lt, "127.0.0.1", port, addrs, addrs)
+        try:
+            flags = {"several": swarm.add(several, str(tmp_path), seed=True).flags(),
+                     "one": swarm.add(one, str(tmp_path), seed=True).flags(),
+                     "peer": swarm.add(dict(several, path="wanted.bin"),
+                                       str(tmp_path / "peer")).flags()}
+        finally:
+            swarm.close()
+        seen[hosts] = {k: bool(v & lt.torrent_flags.super_seeding) for k, v in flags.items()}
+    assert seen == {4: {"several": True, "one": False, "peer": False},
+                    2: {"several": False, "one": False, "peer": False}}
