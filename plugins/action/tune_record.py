@@ -25,6 +25,7 @@ class ActionModule(ControllerAction):
         status=dict(type="str", choices=["ok", "failed"], default="ok"),
         reason=dict(type="str", default=""),
         wall_s=dict(type="float"),
+        started=dict(type="float"),
         load=dict(type="dict", default={}),
         slo=dict(type="dict", default={}),
     )
@@ -36,7 +37,8 @@ class ActionModule(ControllerAction):
         try:
             out = _plan.record(args["journal"], args["candidate"], args["host"], args["runs"],
                                args["status"], args["reason"], args["wall_s"], args["load"],
-                               args["slo"], check_mode=self._task.check_mode)
+                               args["slo"], check_mode=self._task.check_mode,
+                               started=args["started"])
         except (_plan.PlanError, _metrics.SloError) as exc:
             result.update(failed=True, changed=False, msg=str(exc))
             return result

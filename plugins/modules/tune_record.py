@@ -76,6 +76,11 @@ options:
   wall_s:
     description: Seconds the trial took (deploy and sweep), for the report.
     type: float
+  started:
+    description:
+      - When the trial began (epoch seconds), kept in the line to the millisecond as
+        C(started); the line's C(time) is cut to the second.
+    type: float
   load:
     description: The load shape of the sweep (C(tune_load)), recorded with the trial.
     type: dict

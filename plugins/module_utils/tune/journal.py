@@ -78,10 +78,12 @@ def now_iso(clock=time.time):
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(clock()))
 
 
-def trial_record(candidate, host, status, reason, runs, metrics, load, wall_s=None, when=None):
-    """One journal line."""
+def trial_record(candidate, host, status, reason, runs, metrics, load, wall_s=None, when=None,
+                 started=None):
+    """One journal line; ``started`` (epoch seconds, when the trial began) is kept to the
+    millisecond when given (``time`` is cut to the second)."""
     gpus = candidate.get("gpus") or {}
-    return {
+    line = {
         "v": VERSION, "kind": KIND,
         "fingerprint": candidate["fingerprint"],
         "time": when or now_iso(),
@@ -98,6 +100,9 @@ def trial_record(candidate, host, status, reason, runs, metrics, load, wall_s=No
         "runs": list(runs or []),
         "metrics": list(metrics or []),
     }
+    if started is not None:
+        line["started"] = round(float(started), 3)
+    return line
 
 
 def read(path):

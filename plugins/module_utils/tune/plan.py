@@ -208,7 +208,7 @@ def next_round(candidates, knobs, preflight, journal_path, hosts, budget=0, meth
 
 
 def record(journal_path, candidate, host, runs, status="ok", reason="", wall_s=None, load=None,
-           slo=None, check_mode=False, when=None):
+           slo=None, check_mode=False, when=None, started=None):
     """The result of ``tune_record``: the line, its metrics and goodput; appended unless
     the fingerprint is already journaled (or in check mode)."""
     if not isinstance(candidate, dict) or not candidate.get("fingerprint"):
@@ -223,7 +223,7 @@ def record(journal_path, candidate, host, runs, status="ok", reason="", wall_s=N
         status, reason = "failed", reason or "no benchmark result"
     line = _journal.trial_record(candidate, host, status, reason, runs,
                                  [dict((k, v) for k, v in p.items() if k != "meets_slo") for p in points],
-                                 load or candidate.get("load"), wall_s, when)
+                                 load or candidate.get("load"), wall_s, when, started)
     appended = False
     if not check_mode:
         appended = _journal.append(journal_path, line)

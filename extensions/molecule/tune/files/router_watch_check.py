@@ -4,15 +4,16 @@ its trial ran?
     python router_watch_check.py --watch router.jsonl --journals j1.jsonl,j2.jsonl \
         --urls h1=http://...,h2=http://... --min-serving 1
 
-A trial's window is its journal line's time (when it was journaled, second resolution)
-back to its wall_s (from its load to that line). A look inside a window that lists the
+A trial's window is its journal line's ``started`` (when the trial began, to the
+millisecond) to ``started + wall_s`` (its load to its journal line; the line's ``time`` is
+cut to the second, so a window from it reached up to a second before the trial began or
+after its line, where the host may still or again be routed: seen once in a full run). A look inside a window that lists the
 trial's host as routed (healthy and not draining: smg sends a draining worker nothing)
 is a violation. The control: every host is seen routed at some look outside its trials
 (the watch can see a trial host when it does route to it). Prints one JSON document.
 """
 
 import argparse
-import datetime
 import json
 
 LEAVING = ("draining", "removing")
@@ -27,11 +28,6 @@ def _lines(path):
             except ValueError:
                 continue  # a line cut by the stop
         return out
-
-
-def _time(text):
-    return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(
-        tzinfo=datetime.timezone.utc).timestamp()
 
 
 def routed(look):
@@ -78,10 +74,11 @@ def main(argv=None):
     trials = []
     for path in args.journals.split(","):
         for line in _lines(path):
-            if line.get("kind") == "trial" and line.get("time") and line.get("wall_s") is not None:
-                end = _time(line["time"]) + 1.0  # the stamp is cut to the second
+            if line.get("kind") == "trial" and line.get("started") is not None \
+                    and line.get("wall_s") is not None:
+                start = float(line["started"])  # to the millisecond
                 trials.append({"host": line["host"], "id": line["candidate"]["id"],
-                               "start": end - 1.0 - float(line["wall_s"]), "end": end})
+                               "start": start, "end": start + float(line["wall_s"])})
     print(json.dumps(check(_lines(args.watch), trials, urls, args.min_serving)))
     return 0
 

@@ -151,6 +151,10 @@ def test_journal_keeps_the_first_line_of_a_fingerprint_and_skips_torn_and_foreig
         handle.write(json.dumps({"kind": "other", "fingerprint": "f2"}) + "\n" + '{"kind": "trial", "finger')
     trials = journal.read(path)
     assert list(trials) == ["f1"] and trials["f1"]["host"] == "h1"
+    # when the trial began, to the millisecond, when given (the time is cut to the second)
+    assert "started" not in line
+    assert journal.trial_record(cand, "h1", "ok", "", [], [], LOAD,
+                                started=1796315479.18549)["started"] == 1796315479.185
 
 
 # ------------------------------------------------------------------------------ metrics

@@ -118,6 +118,31 @@ def test_the_scenarios_router_watch_finds_a_trial_host_routed_during_its_trial()
     assert out["trial_host_routed"] == [{"t": 15, "host": "h1", "trial": "c01-ep8"}]
 
 
+def test_the_scenarios_router_watch_takes_each_trials_window_from_its_start_to_the_millisecond(
+        tmp_path, capsys):
+    """The window is ``started`` to ``started + wall_s``, not the line's ``time`` (cut to the
+    second) back to its wall_s: a look half a second before the trial began, the host still
+    routed, is no violation (the second-cut window began up to a second early and reported
+    it, once, in a full run); a look inside the trial is one (the control)."""
+    watch = _scenario_module("router_watch_check")
+    line = {"kind": "trial", "host": "h1", "candidate": {"id": "c01-ep8"},
+            "time": "1970-01-01T00:01:50Z", "started": 100.9, "wall_s": 10.0}  # ended 110.9
+    journal = tmp_path / "j.jsonl"
+    journal.write_text(json.dumps(line) + "\n" + json.dumps(dict(line, started=None)) + "\n")
+
+    def run(*times):
+        looks = tmp_path / "router.jsonl"
+        looks.write_text("".join(json.dumps({"t": t, "workers": [
+            {"url": "http://a:1", "healthy": True, "status": "ready"}]}) + "\n" for t in times))
+        watch.main(["--watch", str(looks), "--journals", str(journal), "--urls", "h1=http://a:1"])
+        return json.loads(capsys.readouterr().out)
+
+    out = run(100.4, 111.4)
+    assert out["trial_host_routed"] == [] and out["trials"] == 1 and out["looks_in_trials"] == 0
+    out = run(100.4, 105.0, 111.4)
+    assert out["trial_host_routed"] == [{"t": 105.0, "host": "h1", "trial": "c01-ep8"}]
+
+
 def test_the_scenarios_chart_check_reads_a_point_under_the_winners_star_as_covered(tmp_path, monkeypatch, capsys):
     """Two candidates that run the same (ep8 with and without a knob that changes nothing)
     put their points on one pixel: the winner's star, drawn above, covers the other's marker
