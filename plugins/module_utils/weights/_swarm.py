@@ -49,7 +49,6 @@ PIECES = ".gpufleet-pieces.json"
 # with one peer it is the only taker, and shown a piece or two at a time it received at
 # half its link (2 hosts: 42.6 s against 22.3 s). Not for a file of one piece: libtorrent
 # never showed it to a second peer in our runs.
-SUPER_SEED = True
 SUPER_SEED_PEERS = 3
 SYSTEM_PATHS = ("/usr/lib/python3/dist-packages",)
 RECONNECT_S = 0.25  # seconds between reconnects of an unfinished torrent to the site's hosts
@@ -286,7 +285,7 @@ class Swarm(object):
     def __init__(self, lt, address, port, peers, allowed):
         self.lt = lt
         self.peers = [(p, int(port)) for p in peers if p != address]
-        self.super_seed = SUPER_SEED and len(self.peers) >= SUPER_SEED_PEERS
+        self.super_seed = len(self.peers) >= SUPER_SEED_PEERS
         self.port = int(port)
         self.session = lt.session(session_settings(address, port))
         filt = lt.ip_filter()

@@ -295,9 +295,9 @@ class Step(object):
                                             "controller's stop" % self.sw.get("deadline"))
                 time.sleep(0.25)
         finally:
+            # one last look (the loop's may be a quarter second old): state() reads it too
             self.result["bytes_served"] = sum(
-                int(h.status(_swarm.STATUS_FLAGS).total_payload_upload)
-                for h in self.swarm.handles.values())
+                int(status.total_payload_upload) for status in self.swarm.refresh().values())
             state = self.swarm.state()
             if self.role == "peer":
                 self.result["bytes_transferred"] += sum(v[2] for v in state.values())

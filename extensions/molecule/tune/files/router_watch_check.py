@@ -7,10 +7,11 @@ its trial ran?
 A trial's window is its journal line's ``started`` (when the trial began, to the
 millisecond) to ``started + wall_s`` (its load to its journal line; the line's ``time`` is
 cut to the second, so a window from it reached up to a second before the trial began or
-after its line, where the host may still or again be routed: seen once in a full run). A look inside a window that lists the
-trial's host as routed (healthy and not draining: smg sends a draining worker nothing)
-is a violation. The control: every host is seen routed at some look outside its trials
-(the watch can see a trial host when it does route to it). Prints one JSON document.
+after its line, where the host may still or again be routed: seen once in a full run).
+A look inside a window that lists the trial's host as routed (healthy and not draining:
+smg sends a draining worker nothing) is a violation. The control: every host is seen routed
+at some look outside its trials (the watch can see a trial host when it does route to it).
+Prints one JSON document.
 """
 
 import argparse
