@@ -26,7 +26,39 @@ def hub(fixtures_dir):
 
 @pytest.fixture
 def hub_of_big_shards(fixtures_dir):
-    """Shards of 1 MiB and a bit: 2 pieces each (the swarm's pieces are 1 MiB at least)."""
+    """Shards of 1 MiB and a bit: 5 pieces each (the swarm's pieces are 256 KiB at least),
+    so the seed of a site of 4 super-seeds them."""
     double = _hub(fixtures_dir, 1024 * 1024 + 4096)
     yield double
     double.stop()
+
+
+def free_port(addresses, tries=200):
+    """A TCP port nobody holds on any of ``addresses`` (each test's swarm takes its own: a
+    port derived from the process id was the same for every test of the process, and a
+    session of an earlier test that had not let go of it left the next test's hosts unable
+    to listen, the relay waiting until its timeout)."""
+    import random
+    import socket
+    rng = random.Random()
+    for _try in range(tries):
+        port = rng.randrange(20000, 60000)
+        held = []
+        try:
+            for address in addresses:
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                held.append(sock)
+                sock.bind((address, port))
+            return port
+        except OSError:
+            continue
+        finally:
+            for sock in held:
+                sock.close()
+    raise RuntimeError("no free port on %s in %d tries" % (", ".join(addresses), tries))
+
+
+@pytest.fixture
+def swarm_port():
+    """A port free on 127.0.0.1-127.0.0.4 (the in-process swarm's hosts)."""
+    return free_port(["127.0.0.%d" % i for i in range(1, 5)])

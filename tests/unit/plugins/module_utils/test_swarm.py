@@ -11,7 +11,9 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils.weights import _fa
 
 
 def test_piece_length_is_a_power_of_two_for_about_1024_pieces():
-    assert _swarm.piece_length(0) == 1024 * 1024
+    assert _swarm.piece_length(0) == 256 * 1024
+    assert _swarm.piece_length(256 * 1024 ** 2) == 256 * 1024
+    assert _swarm.piece_length(256 * 1024 ** 2 + 1) == 512 * 1024
     assert _swarm.piece_length(1024 ** 3) == 1024 * 1024
     assert _swarm.piece_length(1024 ** 3 + 1) == 2 * 1024 * 1024
     assert _swarm.piece_length(5 * 10 ** 9) == 8 * 1024 * 1024
