@@ -200,8 +200,8 @@ def test_holders_repair_a_truncated_shard_with_no_hub_byte(hub, tmp_path, swarm_
     assert results[0]["bytes_read_to_hash"] == results[1]["bytes_read_to_hash"] == 0
 
 
-def test_a_verified_copy_of_several_pieces_is_super_seeded_on_a_site_of_four_hosts(tmp_path,
-                                                                                     swarm_port):
+def test_a_verified_copy_of_several_pieces_is_super_seeded_on_a_site_of_four_hosts(
+        tmp_path, swarm_port):
     """On a site of 4 hosts (3 other hosts, SUPER_SEED_PEERS) the seed (and a holder) shows
     each peer the pieces few others hold (BEP 16), for a file of more than one piece; a
     file of one piece is served plainly, and a peer's torrent never is super-seeded. The
