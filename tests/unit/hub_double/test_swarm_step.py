@@ -235,3 +235,96 @@ def test_a_verified_copy_of_several_pieces_is_super_seeded_on_a_site_of_four_hos
         seen[hosts] = {k: bool(v & lt.torrent_flags.super_seeding) for k, v in flags.items()}
     assert seen == {4: {"several": True, "one": False, "peer": False},
                     2: {"several": False, "one": False, "peer": False}}
+
+
+def _rec_for(tmp_path, path, size):
+    data = os.urandom(size)
+    hasher = _swarm.StreamHash("sha256", size)
+    hasher.update(data)
+    digest, pieces = hasher.finish()
+    entry = {"path": path, "size": size, "algo": "sha256", "digest": digest}
+    return entry, _swarm.record(entry, digest, hasher.plen, pieces, "seed")
+
+
+def test_the_inbox_is_read_only_when_it_grew(tmp_path, swarm_port, monkeypatch):
+    """A peer's loop looks 4 times a second: it reads the inbox again only when its size
+    changed (a look at an unchanged inbox reads nothing), and every line appended since is
+    taken, the stop too."""
+    entries, recs = zip(*[_rec_for(tmp_path, "f%d.bin" % i, 1000 + i) for i in range(2)])
+    p = {"swarm": {"role": "peer", "address": "127.0.0.1", "port": swarm_port,
+                   "peers": ["127.0.0.1"], "session": "s9",
+                   "inbox": str(tmp_path / "inbox"), "published": str(tmp_path / "pub")}}
+    step = _swarm_step.Step(p, str(tmp_path / "base"), list(entries), {}, None, result(), lt)
+    reads = []
+    real = _files.read_lines
+
+    def counted(path):
+        reads.append(path)
+        return real(path)
+
+    monkeypatch.setattr(_swarm_step._files, "read_lines", counted)
+    try:
+        step.read_inbox()  # no inbox yet: nothing to read
+        assert reads == [] and step.records == {}
+        _files.append_line(p["swarm"]["inbox"], {"session": "s9", "add": [recs[0]]})
+        step.read_inbox()
+        step.read_inbox()  # unchanged: not read again
+        assert len(reads) == 1 and sorted(step.records) == ["f0.bin"]
+        _files.append_line(p["swarm"]["inbox"], {"session": "other", "add": [recs[1]]})
+        step.read_inbox()  # grew (another session's line): read, nothing taken
+        assert len(reads) == 2 and sorted(step.records) == ["f0.bin"]
+        _files.append_line(p["swarm"]["inbox"], {"session": "s9", "add": [recs[1]]})
+        _files.append_line(p["swarm"]["inbox"], {"session": "s9", "stop": True})
+        step.read_inbox()
+        step.read_inbox()
+        assert len(reads) == 3 and sorted(step.records) == ["f0.bin", "f1.bin"]
+        assert step.stop is True
+        assert [what for _t, what, _p in step.events] == ["record", "record"]
+    finally:
+        step.swarm.close()
+
+
+def test_the_progress_file_is_written_on_a_change_or_once_a_second(tmp_path, swarm_port,
+                                                                   monkeypatch):
+    """The progress file is written when a file is done or published (or complete), and
+    otherwise once a second since the last write; a look in between writes nothing."""
+    entries, _recs = zip(*[_rec_for(tmp_path, "f%d.bin" % i, 1000 + i) for i in range(2)])
+    p = {"swarm": {"role": "peer", "address": "127.0.0.1", "port": swarm_port,
+                   "peers": ["127.0.0.1"], "session": "s8",
+                   "inbox": str(tmp_path / "inbox"), "published": str(tmp_path / "pub")}}
+    clock = [1000.0]
+
+    class Clock(object):  # the step's clock only (time.time of the module _swarm_step)
+        @staticmethod
+        def time():
+            return clock[0]
+
+    monkeypatch.setattr(_swarm_step, "time", Clock)
+    step = _swarm_step.Step(p, str(tmp_path / "base"), list(entries), {},
+                            str(tmp_path / "progress.json"), result(), lt)
+    writes = []
+    real = _files.write_json
+
+    def counted(path, data):
+        writes.append(dict(data))
+        return real(path, data)
+
+    monkeypatch.setattr(_swarm_step._files, "write_json", counted)
+    try:
+        step.progress(0)
+        assert len(writes) == 1  # the first look writes
+        clock[0] += 0.5
+        step.progress(100)  # bytes moved, same files: within the second, not written
+        assert len(writes) == 1
+        clock[0] += 0.5
+        step.progress(200)  # a second since the last write
+        assert len(writes) == 2 and writes[-1]["bytes_done"] == 200
+        clock[0] += 0.1
+        step.good["f0.bin"] = (1000, 0)  # a file done: written at once
+        step.progress(0)
+        assert len(writes) == 3 and writes[-1]["files_done"] == 1
+        clock[0] += 0.1
+        step.progress(0)
+        assert len(writes) == 3
+    finally:
+        step.swarm.close()
