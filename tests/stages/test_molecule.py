@@ -21,7 +21,9 @@ The ``real-release`` scenario (the real SGLang package, several GB) is opt-in: i
 skipped unless ``GPUFLEET_REAL=1`` (``scripts/test real``).
 
 Each scenario's whole output goes to ``.cache/logs/molecule-<name>.log``; a failure shows
-its last 150 lines. Run with GPUFLEET_INTEGRATION=1 (``scripts/test molecule`` sets it).
+its last 150 lines, then every failed task of the log with its message (:func:`failed_tasks`:
+CI keeps only the end of the output, where the recap would otherwise hide which assertion
+failed and why). Run with GPUFLEET_INTEGRATION=1 (``scripts/test molecule`` sets it).
 """
 
 import glob
@@ -54,6 +56,29 @@ pytestmark = [
 ]
 
 
+def failed_tasks(lines, width=2000):
+    """The failed tasks of an Ansible log: the name of each task with its ``fatal:`` or
+    ``failed:`` result, the lines of that result up to the next blank line (the callback
+    writes the message over several), cut to ``width`` characters."""
+    found = []
+    task = None
+    block = None
+    for line in list(lines) + [""]:
+        if block is not None:
+            if line.strip() and not line.startswith(("TASK [", "PLAY ", "ok: [", "changed: [",
+                                                     "skipping: [", "fatal: [", "failed: [")):
+                block.append(line)
+                continue
+            text = "\n".join(block)
+            found.append("%s\n%s" % (task or "(no task)", text[:width]))
+            block = None
+        if line.startswith("TASK ["):
+            task = line.rstrip(" *")
+        elif line.startswith(("fatal: [", "failed: [")):
+            block = [line]
+    return found
+
+
 @pytest.mark.parametrize("scenario", scenarios(), ids=lambda name: "extensions-" + name)
 def test_scenario(scenario):
     name = scenario
@@ -77,6 +102,9 @@ def test_scenario(scenario):
                              check=False)
     if res.returncode != 0:
         with open(log, encoding="utf-8", errors="replace") as fh:
-            tail = fh.read().splitlines()[-150:]
-        pytest.fail("molecule test -s %s exited %d (whole output: %s):\n%s"
-                    % (name, res.returncode, log, "\n".join(tail)), pytrace=False)
+            lines = fh.read().splitlines()
+        failed = failed_tasks(lines)
+        pytest.fail("molecule test -s %s exited %d (whole output: %s):\n%s\n\n"
+                    "failed tasks (%d):\n%s"
+                    % (name, res.returncode, log, "\n".join(lines[-150:]), len(failed),
+                       "\n".join(failed) or "none in the log"), pytrace=False)

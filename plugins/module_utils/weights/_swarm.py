@@ -51,6 +51,7 @@ PIECES = ".gpufleet-pieces.json"
 # never showed it to a second peer in our runs.
 SUPER_SEED_PEERS = 3
 SYSTEM_PATHS = ("/usr/lib/python3/dist-packages",)
+MAX_REQUESTS = 64  # blocks of 16 KiB asked of one peer at a time (session_settings)
 RECONNECT_S = 0.25  # seconds between reconnects of an unfinished torrent to the site's hosts
 # torrent_handle.status() flags: none of the optional queries (libtorrent's default asks
 # for all of them: the piece bitfield, distributed copies, the torrent file, at each call)
@@ -270,6 +271,14 @@ def session_settings(address, port):
         "dont_count_slow_torrents": False,
         "unchoke_slots_limit": -1,
         "request_timeout": 10,
+        # at most MAX_REQUESTS blocks asked of a peer at a time (libtorrent: 500, 8 MiB).
+        # Once every block is asked for, the end game asks a peer whose queue ran dry for a
+        # block another peer still owes, one at a time: a holder that the machine's load
+        # stalls sees its whole queue asked of the others, and its own copies, already on
+        # their way, arrive twice. The queue bounds that: in the model scenario's repair (two
+        # holders) on a loaded machine, 901,120 of 11,785,512 bytes arrived twice with
+        # libtorrent's queue, and CI's run of 92bf6ae received more than its bound.
+        "max_out_request_queue": MAX_REQUESTS,
         "peer_connect_timeout": 3,
         "min_reconnect_time": 1,
         "alert_mask": 0,
