@@ -104,12 +104,23 @@ def http_status(port, path="/health"):
         return -1
 
 
+def callback_json(stdout):
+    """The JSON callback's document in a run's stdout: what action plugins display while the
+    run goes (the model step's progress lines) comes before it; {} without one."""
+    if not stdout.startswith("{"):
+        at = stdout.find("\n{")
+        if at < 0:
+            return {}
+        stdout = stdout[at + 1:]
+    try:
+        return json.loads(stdout)
+    except ValueError:
+        return {}
+
+
 def failures(proc):
     """Every failed result of a JSON-callback run, as (task name, host, message)."""
-    try:
-        data = json.loads(proc.stdout)
-    except ValueError:
-        data = {}
+    data = callback_json(proc.stdout or "")
     found = []
     for play in data.get("plays", []):
         for task in play.get("tasks", []):

@@ -195,6 +195,23 @@ def test_files_come_whole_one_after_another_in_ranges(hub, tmp_path):
     assert seen[0][1] == 1, seen
 
 
+def test_git_files_come_before_the_lfs_files(hub, tmp_path):
+    """The small files git keeps (config, index, tokenizer, README) are whole before the
+    first shard, so the last file a seed publishes is the last shard alone. The control: in
+    the manifest's own order the index and tokenizer files come after the shards."""
+    commit, manifest, _xet = resolved(hub)
+    order = [m["path"] for m in manifest]
+    git = [m["path"] for m in manifest if m["algo"] == "git-sha1"]
+    lfs = [m["path"] for m in manifest if m["algo"] == "sha256"]
+    assert git and lfs and max(order.index(p) for p in git) > min(order.index(p) for p in lfs)
+    seen = []
+    _model_hub.download_hashing(str(tmp_path / "stage"), REPO_ID, commit, manifest,
+                                hub.endpoint, workers=1,
+                                on_file=lambda item, _hashed: seen.append(item["path"]))
+    assert seen == git + lfs
+    assert [m["path"] for m in _model_hub.download_order(manifest)] == git + lfs
+
+
 def test_a_cut_range_is_fetched_again_alone(hub, tmp_path):
     """huggingface_hub drops what it read of a cut response before handing it over, so the
     cut range is asked for again; no other range is."""
