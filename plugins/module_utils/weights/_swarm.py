@@ -48,7 +48,10 @@ PIECES = ".gpufleet-pieces.json"
 # peers', set the pace). Only when the site has SUPER_SEED_PEERS other hosts or more:
 # with one peer it is the only taker, and shown a piece or two at a time it received at
 # half its link (2 hosts: 42.6 s against 22.3 s). Not for a file of one piece: libtorrent
-# never showed it to a second peer in our runs.
+# never showed it to a second peer in our runs. libtorrent (2.0.8, and master) shows a peer
+# its first piece of a super-seeded torrent only about 10 s after it connects (the two shown
+# at the handshake are dropped: superseed_piece() returns while in_handshake()), then one
+# piece at a time: what keeps 8 hosts above 1.5x (docs/model-weights.md, eighth stop).
 SUPER_SEED_PEERS = 3
 SYSTEM_PATHS = ("/usr/lib/python3/dist-packages",)
 MAX_REQUESTS = 64  # blocks of 16 KiB asked of one peer at a time (session_settings)
@@ -67,7 +70,7 @@ class SwarmError(Exception):
 def piece_length(size):
     """A power of two between 256 KiB and 16 MiB giving about 1024 pieces: a truncated or
     corrupt file loses at most one piece of what it already holds. At least 256 KiB: the
-    seed super-seeds (below), revealing a piece or two to each peer at a time, and a piece
+    seed super-seeds (below), revealing one piece to each peer at a time, and a piece
     of 32 KiB (a 32 MiB shard's share of 1024) left the seed's link idle between reveals;
     1 MiB was slower again (8 hosts, 6 MiB/s links: 77.1-79.7 s against 73.8-75.8 s with
     256 KiB, three runs each; 64 KiB 84.3 s): a peer forwards a piece only once it holds

@@ -18,6 +18,7 @@ import time
 import pytest
 
 from ansible_collections.gpufleet.sglang.tests.paths import FIXTURES, ROOT, SGLANG_HELP as HELP
+from ansible_collections.gpufleet.sglang.tests.ports import free_port
 
 EMU = os.path.join(ROOT, "tests", "emulator")
 SRC = os.path.join(EMU, "src")
@@ -26,12 +27,6 @@ MODEL = os.path.join(FIXTURES, "models", "moonshotai__Kimi-K2.5")
 
 sys.path.insert(0, SRC)
 from sglang._emulator import cli, layout as emu_layout, release as emu_release  # noqa: E402
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def emu_env(tmp_path, release="0.5.23", **extra):

@@ -33,32 +33,9 @@ def hub_of_big_shards(fixtures_dir):
     double.stop()
 
 
-def free_port(addresses, tries=200):
-    """A TCP port nobody holds on any of ``addresses`` (each test's swarm takes its own: a
-    port derived from the process id was the same for every test of the process, and a
-    session of an earlier test that had not let go of it left the next test's hosts unable
-    to listen, the relay waiting until its timeout)."""
-    import random
-    import socket
-    rng = random.Random()
-    for _try in range(tries):
-        port = rng.randrange(20000, 60000)
-        held = []
-        try:
-            for address in addresses:
-                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                held.append(sock)
-                sock.bind((address, port))
-            return port
-        except OSError:
-            continue
-        finally:
-            for sock in held:
-                sock.close()
-    raise RuntimeError("no free port on %s in %d tries" % (", ".join(addresses), tries))
-
-
 @pytest.fixture
 def swarm_port():
     """A port free on 127.0.0.1-127.0.0.4 (the in-process swarm's hosts)."""
+    # imported here: the collection's import path is set up after this conftest is loaded
+    from ansible_collections.gpufleet.sglang.tests.ports import free_port
     return free_port(["127.0.0.%d" % i for i in range(1, 5)])

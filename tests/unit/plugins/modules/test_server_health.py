@@ -7,6 +7,7 @@ import pytest
 
 from ansible_collections.gpufleet.sglang.plugins.modules import server_health
 from ansible_collections.gpufleet.sglang.tests.doubles import QuietHandler, start_http, stop_http
+from ansible_collections.gpufleet.sglang.tests.ports import free_port
 
 
 class FakeServer:
@@ -63,11 +64,7 @@ def test_route_follows_release(run_module):
 
 
 def test_times_out_when_the_port_never_opens(run_module):
-    import socket
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
+    port = free_port()
     start = time.monotonic()
     result, failed = run_module(server_health, {
         "url": "http://127.0.0.1:%d" % port, "release": "0.5.9", "timeout": 1, "interval": 0.2})

@@ -16,6 +16,7 @@ import pytest
 from ansible_collections.gpufleet.sglang.plugins.modules import server_preflight
 from ansible_collections.gpufleet.sglang.tests.doubles import install_venv_python
 from ansible_collections.gpufleet.sglang.tests.paths import FAKES, FIXTURES
+from ansible_collections.gpufleet.sglang.tests.ports import free_port
 
 
 class Host:
@@ -50,16 +51,8 @@ class Host:
         settings.update(plan)
         return {"host": "gpu-1", "python": str(self.python), "model_path": str(self.model),
                 "layout": layout, "server_args": {"--model-path": str(self.model), "--port": 30000},
-                "extra_args": extra or {}, "plan": settings, "port": port or _free_port(),
+                "extra_args": extra or {}, "plan": settings, "port": port or free_port(),
                 "record_path": str(self.record), "cache_dir": str(self.cache)}
-
-
-def _free_port():
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    return port
 
 
 def test_first_run_asks_the_release_twice_a_rerun_never(tmp_path, run_module):
