@@ -9,7 +9,8 @@ peers as the seed publishes them, in one task while the hosts run (``weights/_re
   controller, until every record is out; a failed or ended transfer is written there too,
   so that the peers stop with its message;
 - for a peer: read the relay file's new lines and hand their records to the host's inbox
-  (model_swarm), until every record is handed out;
+  (``model_swarm.append``: a shell command through the connection's pipelining), until
+  every record is handed out;
 - for any other host (a holder): nothing;
 - with ``remove``: the session's relay directory on the controller goes (after the swarm).
 """
@@ -19,7 +20,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible.utils.display import Display
-from ansible_collections.gpufleet.sglang.plugins.action import model_wait
+from ansible_collections.gpufleet.sglang.plugins.action import model_swarm, model_wait
 from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _waiter
 from ansible_collections.gpufleet.sglang.plugins.module_utils.weights import _relay
 
@@ -34,10 +35,7 @@ class ActionModule(model_wait.ActionModule):
     TRANSFERS_FILES = False
 
     def _swarm_add(self, inbox, session, records, task_vars):
-        return self._execute_module(module_name="gpufleet.sglang.model_swarm",
-                                    module_args={"inbox": inbox, "session": session,
-                                                 "add": records},
-                                    task_vars=task_vars)
+        return model_swarm.append(self, inbox, session, records, task_vars=task_vars)
 
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}

@@ -81,8 +81,10 @@ options:
       - Take part in the site's swarm (see the description). Keys C(role) (C(seed),
         C(holder) or C(peer)), C(address) (this host's LAN address, where the engine
         listens), C(port), C(peers) (the LAN addresses of the site's swarm hosts; the only
-        addresses admitted), C(session) (an id the controller's records carry),
-        C(inbox), C(published) (journal paths) and C(deadline) (seconds).
+        addresses admitted), C(feeder) (the address of the host whose records the site
+        takes) and C(fetchers) (the addresses of the site's hosts that fetch; each takes
+        its own slice of a file from the feeder, the rest from the others), C(session) (an
+        id the controller's records carry), C(inbox), C(published) (journal paths) and C(deadline) (seconds).
     type: dict
   source_path:
     description: Local or NFS directory to copy from (O(source=local)).

@@ -20,6 +20,10 @@ description:
     the manifest and its info-hash and lets the engine fetch and check the pieces.
   - O(stop) ends the host's swarm (it closes its session and port, writes its marker and,
     when it holds every file, moves the directory into place).
+  - Its action plugin appends the lines with one shell command fed through the
+    connection's pipelining (no Python start on the host; the relay's peers hand out their
+    batches the same way); this module runs where the connection does not pipeline, in
+    check mode, and for an O(inbox) that is not an absolute path.
 extends_documentation_fragment:
   - gpufleet.sglang._attributes
 attributes:

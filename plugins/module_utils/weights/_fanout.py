@@ -35,7 +35,9 @@ def plan(hosts, verified=(), seeds=None, engine=None, addresses=None):
 
     Returns ``{"hub": [hosts that download from the Hub], "swarm": {host: {"role": seed,
     holder or peer, "feeder": the host whose records it takes, "peers": [the addresses of
-    the site's swarm hosts]}}, "rounds": [{target: source}, ...], "sites": {site: [hosts]},
+    the site's swarm hosts], "feeder_address": the feeder's, "fetchers": [the addresses of
+    the site's swarm hosts that fetch (role peer): they take slices from the feeder]}},
+    "rounds": [{target: source}, ...], "sites": {site: [hosts]},
     "fallback": [the hosts whose missing engine makes their site use rounds: a seed or
     verified source without it, hosts that need a copy without it], "site_addresses":
     {site: [LAN addresses]} (the rsync daemons' ``hosts allow``)}``.
@@ -73,9 +75,12 @@ def plan(hosts, verified=(), seeds=None, engine=None, addresses=None):
             fallback.append(feeder)  # the site cannot swarm: its source lacks the engine
         if feeder in engine and [h for h in need if h in engine]:
             peers = [addresses.get(h, h) for h in swarmers]
+            fetchers = [addresses.get(h, h) for h in swarmers if h not in have]
             for host in swarmers:
                 role = "seed" if host == seed else "holder" if host in have else "peer"
-                swarm[host] = {"role": role, "feeder": feeder, "peers": peers}
+                swarm[host] = {"role": role, "feeder": feeder, "peers": peers,
+                               "feeder_address": addresses.get(feeder, feeder),
+                               "fetchers": fetchers}
             have = have + [h for h in swarmers if h not in have]
             need = [h for h in need if h not in swarmers]
         fallback.extend(h for h in need if h not in engine and h not in fallback)

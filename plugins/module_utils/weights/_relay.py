@@ -24,10 +24,16 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import errno
+import json
 import os
 import shutil
 import stat
 import tempfile
+
+try:
+    from shlex import quote
+except ImportError:  # pragma: no cover - Python 2
+    from pipes import quote
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _files
 
@@ -106,6 +112,27 @@ def read(relay_file, session, seen):
         if line.get("failed"):
             failed = line["failed"]
     return records, failed, len(lines)
+
+
+def inbox_lines(session, records=(), stop=False):
+    """The inbox lines for ``records`` (one line a record) and the stop, as the model_swarm
+    module writes them."""
+    lines = [{"session": session, "add": [rec]} for rec in records]
+    if stop:
+        lines.append({"session": session, "stop": True})
+    return "".join(json.dumps(line, sort_keys=True) + "\n" for line in lines)
+
+
+def inbox_append_command(inbox):
+    """A shell command that appends its standard input to ``inbox``: what a peer's instance
+    runs over the host's connection (its pipelining) instead of a module, so that handing a
+    batch to eight hosts costs no Python start on any of them. Like ``_files.append_line``,
+    it starts on a new line after a torn last line (a writer killed mid-line); the reader
+    skips a line it cannot parse and reads the inbox again once it grew."""
+    path = quote(inbox)
+    folder = quote(os.path.dirname(inbox) or "/")
+    return ("umask 022 && mkdir -p %s && { if [ -s %s ] && [ -n \"$(tail -c 1 %s)\" ]; "
+            "then printf '\\n'; fi; cat; } >> %s" % (folder, path, path, path))
 
 
 def remove(relay_dir):

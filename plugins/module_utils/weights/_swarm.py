@@ -42,17 +42,26 @@ PIECE_MIN = 256 * 1024
 PIECE_MAX = 16 * 1024 * 1024
 PIECES_TARGET = 1024
 PIECES = ".gpufleet-pieces.json"
-# BEP 16 super-seeding on the hosts that serve a verified copy (the seed, holders): each
-# peer is shown the pieces few others hold, so a piece leaves the seed about once (without
-# it, 8 hosts on 16 MiB/s links: the seed sent each byte 2.1 times, and its uplink, not the
-# peers', set the pace). Only when the site has SUPER_SEED_PEERS other hosts or more:
-# with one peer it is the only taker, and shown a piece or two at a time it received at
-# half its link (2 hosts: 42.6 s against 22.3 s). Not for a file of one piece: libtorrent
-# never showed it to a second peer in our runs. libtorrent (2.0.8, and master) shows a peer
-# its first piece of a super-seeded torrent only about 10 s after it connects (the two shown
-# at the handshake are dropped: superseed_piece() returns while in_handshake()), then one
-# piece at a time: what keeps 8 hosts above 1.5x (docs/model-weights.md, eighth stop).
-SUPER_SEED_PEERS = 3
+# Slices (docs/model-weights.md, ninth stop): on a site of SLICE_FETCHERS hosts that fetch
+# or more, each of them takes from the feeder (the seed or the verified host whose records
+# the site takes) only its own slice of a file's pieces (slice_of), then fetches the rest
+# from the site's other hosts, without the feeder: the feeder sends each piece once, to all
+# fetchers at once. Before, the feeder super-seeded (BEP 16): libtorrent (2.0.8, and its
+# master) shows a peer its first piece of a super-seeded torrent only ~10 s after it
+# connects (the two shown at the handshake are dropped: superseed_piece() returns while
+# in_handshake()), then one piece at a time: 8 hosts on 6 MiB/s links took 1.63-1.68x one
+# host's copy; without super-seeding the feeder sent each byte 1.9 times (2.13x).
+SLICE_FETCHERS = 2
+# slices a fetcher asks the feeder for at a time; the files after it wait, wanting nothing,
+# in the order their records came. A verified host that feeds 7 new hosts hands out every
+# record at once: slices asked for together came out of its link together, and nobody
+# traded before the end (the bench's fan-out, 8 shards of 32 MiB at 6 MiB/s: 84.0 s with
+# every slice at once, 62.2 s with 2 at a time, 55.7 s with 1; 58.9 s super-seeded)
+SLICES_AT_ONCE = 1
+# seconds a fetcher that holds its slice may make no progress without the feeder before it
+# asks the feeder too (a host that fails or stalls inside its slice would leave its pieces
+# with the feeder alone)
+STALL_S = 10.0
 SYSTEM_PATHS = ("/usr/lib/python3/dist-packages",)
 MAX_REQUESTS = 64  # blocks of 16 KiB asked of one peer at a time (session_settings)
 RECONNECT_S = 0.25  # seconds between reconnects of an unfinished torrent to the site's hosts
@@ -70,11 +79,12 @@ class SwarmError(Exception):
 def piece_length(size):
     """A power of two between 256 KiB and 16 MiB giving about 1024 pieces: a truncated or
     corrupt file loses at most one piece of what it already holds. At least 256 KiB: the
-    seed super-seeds (below), revealing one piece to each peer at a time, and a piece
+    seed super-seeded (before slices), revealing one piece to each peer at a time, and a piece
     of 32 KiB (a 32 MiB shard's share of 1024) left the seed's link idle between reveals;
     1 MiB was slower again (8 hosts, 6 MiB/s links: 77.1-79.7 s against 73.8-75.8 s with
     256 KiB, three runs each; 64 KiB 84.3 s): a peer forwards a piece only once it holds
-    all of it and has checked it."""
+    all of it and has checked it. Slices (SLICE_FETCHERS) replaced super-seeding on
+    256 KiB pieces; other sizes were not measured with them."""
     length = PIECE_MIN
     while length < PIECE_MAX and length * PIECES_TARGET < size:
         length *= 2
@@ -288,19 +298,72 @@ def session_settings(address, port):
         # one disk, files written in order: two disk threads, not libtorrent's ten per
         # session (a host's threads would wake one another for every block)
         "aio_threads": 2,
+        # a finished torrent waits for the hosts that still fetch to connect to it: the
+        # feeder does not connect back to a fetcher that holds its slice (Swarm)
+        "seeding_outgoing_connections": False,
     }
+
+
+def slice_of(count, info_hash, fetchers, address):
+    """The pieces of a file of ``count`` pieces that the fetcher at ``address`` takes from
+    the feeder itself: piece i is the slice of the fetcher ranked (i + k) mod n among the
+    site's n fetchers (sorted addresses), k from the file's info-hash, so that each file's
+    first pieces go to another host. None where the host does not slice: fewer than
+    SLICE_FETCHERS fetchers, fewer pieces than fetchers, or not a fetcher."""
+    fetchers = sorted(set(fetchers))
+    if len(fetchers) < SLICE_FETCHERS or count < len(fetchers) or address not in fetchers:
+        return None
+    rank = fetchers.index(address)
+    k = int(info_hash[:8], 16)
+    return [i for i in range(count) if (i + k) % len(fetchers) == rank]
+
+
+def base_flags(lt):
+    """The flags of every torrent: no DHT, local discovery or peer exchange, and the
+    session's IP filter applied (libtorrent's default flags have it; flags given replace
+    them, and a torrent without it took any address that knew its info-hash)."""
+    return lt.torrent_flags.disable_dht | lt.torrent_flags.disable_lsd | \
+        lt.torrent_flags.disable_pex | lt.torrent_flags.apply_ip_filter
+
+
+_COUNTERS = ("total_payload_download", "total_download", "total_redundant_bytes",
+             "total_payload_upload")
+
+
+def _slice_priorities(count, mine):
+    """Piece priorities that want a fetcher's slice only (4: libtorrent's default)."""
+    priorities = [0] * count
+    for index in mine:
+        priorities[index] = 4
+    return priorities
+
+
+def _counters(status, carried=None):
+    """A torrent's byte counters (_COUNTERS), plus those its removed self counted."""
+    carried = carried or (0, 0, 0, 0)
+    return tuple(int(getattr(status, name)) + before for name, before in zip(_COUNTERS, carried))
 
 
 class Swarm(object):
     """One libtorrent session for the model step: add a verified file to serve, or a record
-    to fetch; connect every torrent to the site's hosts; close (the port with it)."""
+    to fetch; connect every torrent to the site's hosts; close (the port with it).
+
+    With a ``feeder`` and the site's ``fetchers`` (addresses), a fetcher's torrent wants its
+    slice only (:func:`slice_of`; the other pieces at priority 0; SLICES_AT_ONCE files at a
+    time, the next ones wanting nothing until one of them holds its slice); once it holds
+    its slice the torrent is removed and added again from the pieces it holds
+    (``have_pieces``: not read back) and connected to the site's hosts but the feeder (libtorrent would connect
+    again to every host its torrent knew), which it asks too only after STALL_S without
+    progress. The bytes counted by the removed torrent are carried over."""
 
     statuses = None  # path -> this look's torrent_status (refresh)
 
-    def __init__(self, lt, address, port, peers, allowed):
+    def __init__(self, lt, address, port, peers, allowed, feeder=None, fetchers=()):
         self.lt = lt
+        self.address = address
         self.peers = [(p, int(port)) for p in peers if p != address]
-        self.super_seed = len(self.peers) >= SUPER_SEED_PEERS
+        self.feeder = feeder if feeder != address else None
+        self.fetchers = list(fetchers)
         self.port = int(port)
         self.session = lt.session(session_settings(address, port))
         filt = lt.ip_filter()
@@ -311,32 +374,51 @@ class Swarm(object):
         self.handles = {}
         self.checking = set()  # paths added but not started: their files are being checked
         self.last_connect = 0.0
+        self.slicing = {}  # path -> (record, save_dir, its slice) until it holds its slice
+        self.waiting = []  # sliced paths that do not ask for their slice yet (SLICES_AT_ONCE)
+        self.moving = {}  # path -> (record, save_dir, pieces held, bytes) from remove to add
+        self.without_feeder = {}  # path -> (bytes done, when they last grew)
+        self.carried = {}  # path -> the counters of its removed torrent (_COUNTERS)
+        self.moved = []  # paths added again once their slice was held, in order
+        self.stalled = []  # paths that asked the feeder again after STALL_S, in order
 
-    def add(self, rec, save_dir, seed=False):
+    def _params(self, rec, save_dir, flags):
         lt = self.lt
         pieces = bytes.fromhex(rec["pieces"])  # 20 bytes (SHA-1) a piece
         info = {"info": info_dict(rec["path"], rec["size"], rec["piece_length"], pieces)}
         params = lt.add_torrent_params()
         params.ti = lt.torrent_info(lt.bdecode(bencode(info)))
         params.save_path = save_dir
-        flags = lt.torrent_flags.disable_dht | lt.torrent_flags.disable_lsd | \
-            lt.torrent_flags.disable_pex
+        params.flags = flags | base_flags(lt)
+        return params
+
+    def add(self, rec, save_dir, seed=False):
+        lt = self.lt
         if seed:
-            flags |= lt.torrent_flags.seed_mode
-            if self.super_seed and len(pieces) > 20:
-                flags |= lt.torrent_flags.super_seeding
+            params = self._params(rec, save_dir, lt.torrent_flags.seed_mode)
         else:
             # a partial file is checked first: libtorrent stops the torrent when the check
             # is done, and tick() starts it and connects the peers only then, so that no
             # piece the host already holds is asked for while the check still runs
-            flags |= lt.torrent_flags.stop_when_ready
+            params = self._params(rec, save_dir, lt.torrent_flags.stop_when_ready)
             self.checking.add(rec["path"])
-        params.flags = flags
+            mine = None
+            if self.feeder:
+                mine = slice_of(len(rec["pieces"]) // 40, rec["info_hash"], self.fetchers,
+                                self.address)
+            if mine is not None:
+                count = len(rec["pieces"]) // 40
+                if len(self.slicing) - len(self.waiting) < SLICES_AT_ONCE:
+                    params.piece_priorities = _slice_priorities(count, mine)
+                else:
+                    params.piece_priorities = [0] * count
+                    self.waiting.append(rec["path"])
+                self.slicing[rec["path"]] = (rec, save_dir, mine)
         os.makedirs(save_dir, exist_ok=True)
         handle = self.session.add_torrent(params)
         self.handles[rec["path"]] = handle
         if seed:
-            self._connect(handle)
+            self._connect(handle, self.peers)
         return handle
 
     def _start_checked(self):
@@ -352,10 +434,52 @@ class Swarm(object):
             self.checking.discard(path)
             handle.unset_flags(lt.torrent_flags.stop_when_ready)
             handle.resume()
-            self._connect(handle)
+            self._connect(handle, self._targets(path))
 
-    def _connect(self, handle):
-        for peer in self.peers:
+    def _move_sliced(self, now):
+        """Torrents whose slice is held: removed, then (once the session let go of them)
+        added again from the pieces they hold, without the feeder."""
+        lt = self.lt
+        for path, (rec, save_dir, mine) in sorted(self.slicing.items()):
+            if path in self.checking or path in self.waiting:
+                continue
+            handle = self.handles[path]
+            held = list(handle.status(lt.torrent_handle.query_pieces).pieces)
+            if not all(held[index] for index in mine):
+                continue
+            del self.slicing[path]
+            if all(held):
+                continue  # nothing left to fetch (a copy resumed whole)
+            status = handle.status(STATUS_FLAGS)
+            self.carried[path] = _counters(status, self.carried.get(path))
+            self.session.remove_torrent(handle)
+            del self.handles[path]
+            self.moving[path] = (rec, save_dir, held, int(status.total_wanted_done))
+        while self.waiting and len(self.slicing) - len(self.waiting) < SLICES_AT_ONCE:
+            path = self.waiting.pop(0)
+            rec, _save_dir, mine = self.slicing[path]
+            self.handles[path].prioritize_pieces(_slice_priorities(len(rec["pieces"]) // 40,
+                                                                   mine))
+        for path, (rec, save_dir, held, done) in sorted(self.moving.items()):
+            params = self._params(rec, save_dir, lt.torrent_flags.duplicate_is_error)
+            params.have_pieces = held
+            try:
+                handle = self.session.add_torrent(params)
+            except RuntimeError:
+                continue  # the session still holds the removed torrent: next look
+            del self.moving[path]
+            self.handles[path] = handle
+            self.moved.append(path)
+            self.without_feeder[path] = (done, now)
+            self._connect(handle, self._targets(path))
+
+    def _targets(self, path):
+        if path in self.without_feeder:
+            return [peer for peer in self.peers if peer[0] != self.feeder]
+        return self.peers
+
+    def _connect(self, handle, peers):
+        for peer in peers:
             try:
                 handle.connect_peer(peer)
             except RuntimeError:
@@ -375,13 +499,24 @@ class Swarm(object):
         return self.statuses
 
     def tick(self, now=None):
-        """Start the torrents whose check ended, take this look's status of every torrent,
-        and reconnect unfinished torrents to the site's hosts every RECONNECT_S (a host that
-        had not added the file yet refused the first connection; each file is a torrent of
-        its own, so a file's connections wait for this after the controller hands it out)."""
-        self._start_checked()
-        statuses = self.refresh()
+        """Start the torrents whose check ended, move those that hold their slice, take this
+        look's status of every torrent, and reconnect unfinished torrents to the site's hosts
+        every RECONNECT_S (a host that had not added the file yet refused the first
+        connection; each file is a torrent of its own, so a file's connections wait for this
+        after the controller hands it out)."""
         now = time.time() if now is None else now
+        self._start_checked()
+        self._move_sliced(now)
+        statuses = self.refresh()
+        for path, (done, since) in list(self.without_feeder.items()):
+            status = statuses[path]
+            if status.is_seeding:
+                del self.without_feeder[path]
+            elif status.total_wanted_done > done:
+                self.without_feeder[path] = (status.total_wanted_done, now)
+            elif now - since >= STALL_S:
+                del self.without_feeder[path]  # its _targets are every host again
+                self.stalled.append(path)
         if now - self.last_connect < RECONNECT_S:
             return
         self.last_connect = now
@@ -389,19 +524,31 @@ class Swarm(object):
             if path in self.checking:
                 continue
             status = statuses[path]
-            if not status.is_seeding and status.num_peers < len(self.peers):
-                self._connect(handle)
+            targets = self._targets(path)
+            if not status.is_seeding and status.num_peers < len(targets):
+                self._connect(handle, targets)
 
     def state(self):
         """path -> (finished, bytes done, payload bytes received, bytes received in all,
-        payload bytes received twice), from this look's status. The last: in its end game
-        libtorrent asks more than one peer for the last blocks and cancels the slower
-        request; a block that arrives before the cancel is redundant (counted in the payload,
-        written once)."""
-        return {path: (bool(status.is_seeding), int(status.total_wanted_done),
-                       int(status.total_payload_download), int(status.total_download),
-                       int(status.total_redundant_bytes))
-                for path, status in self._looked().items()}
+        payload bytes received twice), from this look's status, with what a moved torrent
+        counted before (a torrent between its remove and its add: its last counters). The
+        last: in its end game libtorrent asks more than one peer for the last blocks and
+        cancels the slower request; a block that arrives before the cancel is redundant
+        (counted in the payload, written once)."""
+        out = {}
+        for path, status in self._looked().items():
+            counted = _counters(status, self.carried.get(path))
+            out[path] = (bool(status.is_seeding), int(status.total_wanted_done)) + counted[:3]
+        for path in self.moving:
+            counted = self.carried[path]
+            out[path] = (False, self.moving[path][3]) + counted[:3]
+        return out
+
+    def served(self):
+        """Payload bytes this host sent to the others (moved torrents' included)."""
+        return sum(_counters(status, self.carried.get(path))[3]
+                   for path, status in self.refresh().items()) + \
+            sum(self.carried[path][3] for path in self.moving)
 
     def errors(self):
         return {path: status.errc.message() for path, status in self._looked().items()

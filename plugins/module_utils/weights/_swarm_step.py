@@ -89,11 +89,14 @@ class Step(object):
         self.initial = None
         self.downloader = None
         self.lt = lt
-        # per file, when this host verified it (seed), got its record (peer) and held it
-        # (peer): seconds since the step started, kept in the host's last-fetch record
+        # per file, when this host verified it (seed), got its record (peer), held its
+        # slice (peer, "sliced"), asked the feeder again after a stall (peer) and held the
+        # file (peer): seconds since the step started, kept in the host's last-fetch record
         self.events = result.setdefault("events", [])
+        self.seen = {"sliced": 0, "stalled": 0}  # the swarm's moves and stalls reported
         self.swarm = _swarm.Swarm(lt, sw["address"], int(sw["port"]), sw.get("peers") or [],
-                                  sw.get("peers") or [])
+                                  sw.get("peers") or [], feeder=sw.get("feeder"),
+                                  fetchers=sw.get("fetchers") or ())
 
     def _event(self, what, path):
         self.events.append([round(time.time() - self.started, 3), what, path])
@@ -101,6 +104,19 @@ class Step(object):
     # --- what this host holds -------------------------------------------------------
     def _stat(self, path):
         st = os.stat(os.path.join(self.base, path))
+        return (st.st_size, st.st_mtime_ns)
+
+    def _held(self, path):
+        """(size, mtime) of a file libtorrent finished, or None while its bytes are not all
+        on disk yet: libtorrent reports a piece once it passed its check, which it can run
+        on blocks it has not written yet (a file of one piece was not there yet, 1 in 10
+        runs on loopback). The marker's mtimes are taken again once the session closed."""
+        try:
+            st = os.stat(os.path.join(self.base, path))
+        except FileNotFoundError:
+            return None
+        if st.st_size != self.by_path[path]["size"]:
+            return None
         return (st.st_size, st.st_mtime_ns)
 
     def _publish(self, rec, serve=True):
@@ -215,14 +231,20 @@ class Step(object):
 
     def collect(self):
         """Files libtorrent finished (every piece checked as it arrived)."""
+        for path in self.swarm.moved[self.seen["sliced"]:]:
+            self._event("sliced", path)  # held its slice, added again without the feeder
+        for path in self.swarm.stalled[self.seen["stalled"]:]:
+            self._event("stalled", path)  # asked the feeder again (_swarm.STALL_S)
+        self.seen = {"sliced": len(self.swarm.moved), "stalled": len(self.swarm.stalled)}
         state = self.swarm.state()
         in_flight = 0
         before = len(self.good)
         for path, (finished, done, _payload, _total, _twice) in state.items():
             if path in self.good:
                 continue
-            if finished:
-                self.good[path] = self._stat(path)
+            held = self._held(path) if finished else None
+            if held is not None:
+                self.good[path] = held
                 self.against[path] = _swarm.against(self.records[path], "peer")
                 self.result["bytes_hashed"] += self.by_path[path]["size"]
                 self.result["transferred"].append(path)
@@ -296,8 +318,7 @@ class Step(object):
                 time.sleep(0.25)
         finally:
             # one last look (the loop's may be a quarter second old): state() reads it too
-            self.result["bytes_served"] = sum(
-                int(status.total_payload_upload) for status in self.swarm.refresh().values())
+            self.result["bytes_served"] = self.swarm.served()
             state = self.swarm.state()
             if self.role == "peer":
                 self.result["bytes_transferred"] += sum(v[2] for v in state.values())

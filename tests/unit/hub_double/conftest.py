@@ -27,7 +27,7 @@ def hub(fixtures_dir):
 @pytest.fixture
 def hub_of_big_shards(fixtures_dir):
     """Shards of 1 MiB and a bit: 5 pieces each (the swarm's pieces are 256 KiB at least),
-    so the seed of a site of 4 super-seeds them."""
+    so the 3 peers of a site of 4 take them in slices."""
     double = _hub(fixtures_dir, 1024 * 1024 + 4096)
     yield double
     double.stop()

@@ -25,11 +25,15 @@ if lt is None:
 ADDRS = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
 
 
-def params(hub, commit, tmp, role, address, port, session="s1", addrs=None):
+def params(hub, commit, tmp, role, address, port, session="s1", addrs=None, fetchers=None):
+    """A host's parameters; the first address is the feeder, the others fetch (unless
+    ``fetchers`` says otherwise)."""
+    addrs = addrs or ADDRS
     return {"repo_id": REPO_ID, "commit": commit, "endpoint": hub.endpoint, "token": "",
             "xet": False, "workers": 2,
             "swarm": {"role": role, "address": address, "port": port,
-                      "peers": addrs or ADDRS,
+                      "peers": addrs, "feeder": addrs[0],
+                      "fetchers": addrs[1:] if fetchers is None else fetchers,
                       "session": session, "inbox": str(tmp / ("inbox-" + address)),
                       "published": str(tmp / ("published-" + address)), "deadline": 60}}
 
@@ -62,30 +66,43 @@ def relay(seed_p, peers_p, stop_when, timeout=60, others=()):
 def run_step(step, missing, out):
     try:
         out[step.role + step.sw["address"]] = step.run(missing)
-    except Exception as error:  # reported by the test
+    except Exception as error:  # reported by the test, its traceback in the output
+        import traceback
+        traceback.print_exc()
         out[step.role + step.sw["address"]] = error
 
 
 def test_seed_and_two_peers_hash_once_and_close_the_port(hub, tmp_path, swarm_port):
-    _seed_and_peers(hub, tmp_path, ADDRS, swarm_port, super_seeded=False)
+    """Files of one piece: fewer pieces than fetchers, no slices."""
+    _seed_and_peers(hub, tmp_path, ADDRS, swarm_port, sliced=False)
 
 
-def test_seed_and_three_peers_super_seeded_hash_once_and_close_the_port(hub_of_big_shards,
-                                                                        tmp_path, swarm_port):
-    """A site of 4 hosts: the seed super-seeds its shards of 2 pieces (BEP 16) and every
-    peer still gets every file, verified piece by piece, the seed sending about one copy."""
-    _seed_and_peers(hub_of_big_shards, tmp_path, ADDRS + ["127.0.0.4"], swarm_port,
-                    super_seeded=True)
+def test_seed_and_three_peers_in_slices_hash_once_and_close_the_port(hub_of_big_shards,
+                                                                     tmp_path, swarm_port):
+    """A site of 4 hosts, shards of 5 pieces: each peer takes its slice of a shard from the
+    seed, then the rest from the other peers only; every peer gets every file, verified
+    piece by piece, and the seed sends each shard's pieces once. The control: the same
+    site without slices (no fetchers given), where the seed sends more than one copy."""
+    served = {}
+    for sliced in (True, False):
+        base = tmp_path / ("sliced" if sliced else "plain")
+        base.mkdir()
+        hub_of_big_shards.state.reset()  # one Hub copy per run
+        served[sliced] = _seed_and_peers(hub_of_big_shards, base, ADDRS + ["127.0.0.4"],
+                                         swarm_port, sliced=sliced, session="s%d" % int(sliced))
+    print("seed sent (bytes, the shards' size):", served)
+    assert served[True][0] <= served[True][1] < served[False][0]
 
 
-def _seed_and_peers(hub, tmp_path, addrs, port, super_seeded):
+def _seed_and_peers(hub, tmp_path, addrs, port, sliced, session="s1"):
     commit, manifest, _xet = _model_hub.resolve(hub.endpoint, REPO_ID, "main")
     n = len(addrs)
     bases = [str(tmp_path / ("h%d" % i)) for i in range(n)]
     for base in bases:
         os.makedirs(base)
     ps = [params(hub, commit, tmp_path, "seed" if i == 0 else "peer", addrs[i], port,
-                 addrs=addrs) for i in range(n)]
+                 addrs=addrs, session=session, fetchers=None if sliced else [])
+          for i in range(n)]
     results = [result() for _index in range(n)]
     steps = [_swarm_step.Step(ps[i], bases[i], manifest, {}, str(tmp_path / ("prog%d" % i)),
                               results[i], lt) for i in range(n)]
@@ -121,14 +138,31 @@ def _seed_and_peers(hub, tmp_path, addrs, port, super_seeded):
         assert sorted(got) == sorted(held) == sorted(seed_at)
         assert all(got[path] <= held[path] for path in held)
     assert all(steps[0].against[e["path"]].startswith(e["algo"] + ":") for e in manifest)
-    # shards of more than one piece on both sites: super-seeded on 4 hosts, not on 3
-    assert steps[0].swarm is not None and steps[0].swarm.super_seed is super_seeded
-    pieces = [int(math.ceil(e["size"] / float(_swarm.piece_length(e["size"])))) for e in nonempty]
-    assert max(pieces) > 1
+    # the files of more pieces than fetchers were sliced: each peer added them again
+    # once it held its slice; the others (and every file without fetchers) were not
+    pieces = dict((e["path"], int(math.ceil(e["size"] / float(_swarm.piece_length(e["size"])))))
+                  for e in nonempty)
+    sliced_paths = sorted(p for p, count in pieces.items() if sliced and count >= n - 1)
+    assert not sliced or sliced_paths
+    for step, res in zip(steps[1:], results[1:]):
+        assert sorted(step.swarm.moved) == sliced_paths
+        assert not step.swarm.slicing and not step.swarm.moving
+        # its record: each sliced file's slice held after its record came, before the file
+        at = dict(((what, path), t) for t, what, path in res["events"])
+        assert sorted(p for (what, p) in at if what == "sliced") == sliced_paths
+        assert all(at["record", p] <= at["sliced", p] <= at["held", p] for p in sliced_paths)
+        assert not [p for (what, p) in at if what == "stalled"]
+    assert not steps[0].swarm.moved
     import socket
     for address in addrs:  # nothing listens on the swarm port any more
         with pytest.raises(OSError):
             socket.create_connection((address, port), timeout=1).close()
+    # what the seed sent, against the shards' size plus every peer's copy of the files
+    # that are not sliced
+    many = [p for p, count in pieces.items() if count >= n - 1]
+    others = sum(e["size"] for e in nonempty if e["path"] not in many)
+    shards = sum(e["size"] for e in nonempty if e["path"] in many)
+    return results[0]["bytes_served"] - (n - 1) * others, shards
 
 
 def test_a_record_that_does_not_match_the_manifest_is_refused(hub):
@@ -200,41 +234,63 @@ def test_holders_repair_a_truncated_shard_with_no_hub_byte(hub, tmp_path, swarm_
     assert results[0]["bytes_read_to_hash"] == results[1]["bytes_read_to_hash"] == 0
 
 
-def test_a_verified_copy_of_several_pieces_is_super_seeded_on_a_site_of_four_hosts(
-        tmp_path, swarm_port):
-    """On a site of 4 hosts (3 other hosts, SUPER_SEED_PEERS) the seed (and a holder) shows
-    each peer the pieces few others hold (BEP 16), for a file of more than one piece; a
-    file of one piece is served plainly, and a peer's torrent never is super-seeded. The
-    control: on a site of 2 hosts nothing is."""
-    port = swarm_port
+def _served_file(folder, name, size):
+    """A file of random bytes in ``folder`` (made) and its record, as a seed makes it."""
+    data = os.urandom(size)
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(str(folder / name), "wb") as handle:
+        handle.write(data)
+    hasher = _swarm.StreamHash("sha256", size)
+    hasher.update(data)
+    digest, pieces = hasher.finish()
+    entry = {"path": name, "size": size, "algo": "sha256", "digest": digest}
+    return _swarm.record(entry, digest, hasher.plen, pieces, "feeder")
 
-    def rec(path, size):
-        data = os.urandom(size)
-        with open(str(tmp_path / path), "wb") as handle:
-            handle.write(data)
-        hasher = _swarm.StreamHash("sha256", size)
-        hasher.update(data)
-        digest, pieces = hasher.finish()
-        entry = {"path": path, "size": size, "algo": "sha256", "digest": digest}
-        return _swarm.record(entry, digest, hasher.plen, pieces, "seed")
 
-    several = rec("shard.bin", 2 * _swarm.PIECE_MIN + 5)
-    one = rec("config.json", 300)
-    assert len(several["pieces"]) == 3 * 40 and len(one["pieces"]) == 40
-    seen = {}
-    for hosts in (4, 2):
-        addrs = ["127.0.0.%d" % (i + 1) for i in range(hosts)]
-        swarm = _swarm.Swarm(lt, "127.0.0.1", port, addrs, addrs)
-        try:
-            flags = {"several": swarm.add(several, str(tmp_path), seed=True).flags(),
-                     "one": swarm.add(one, str(tmp_path), seed=True).flags(),
-                     "peer": swarm.add(dict(several, path="wanted.bin"),
-                                       str(tmp_path / "peer")).flags()}
-        finally:
-            swarm.close()
-        seen[hosts] = {k: bool(v & lt.torrent_flags.super_seeding) for k, v in flags.items()}
-    assert seen == {4: {"several": True, "one": False, "peer": False},
-                    2: {"several": False, "one": False, "peer": False}}
+def _fetch_without_the_other_fetcher(tmp_path, port, stall_s, monkeypatch, wait_s):
+    """The feeder (127.0.0.1) serves a file of 5 pieces; fetcher 127.0.0.2 of a site whose
+    other fetcher (127.0.0.3) never comes. Returns (the fetcher's state of the file, the
+    pieces of its slice, the bytes the feeder sent, whether the fetcher moved the file)."""
+    monkeypatch.setattr(_swarm, "STALL_S", stall_s)
+    rec = _served_file(tmp_path / "feeder", "shard.bin", 4 * _swarm.PIECE_MIN + 5)
+    addrs = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
+    feeder = _swarm.Swarm(lt, addrs[0], port, addrs, addrs, feeder=addrs[0],
+                          fetchers=addrs[1:])
+    fetcher = _swarm.Swarm(lt, addrs[1], port, addrs, addrs, feeder=addrs[0],
+                           fetchers=addrs[1:])
+    try:
+        feeder.add(rec, str(tmp_path / "feeder"), seed=True)
+        fetcher.add(rec, str(tmp_path / "fetcher"))
+        mine = _swarm.slice_of(5, rec["info_hash"], addrs[1:], addrs[1])
+        deadline = time.time() + wait_s
+        while time.time() < deadline and not fetcher.state()["shard.bin"][0]:
+            feeder.tick()
+            fetcher.tick()
+            time.sleep(0.1)
+        return fetcher.state()["shard.bin"], mine, feeder.served(), fetcher.moved
+    finally:
+        feeder.close()
+        fetcher.close()
+
+
+def test_a_fetcher_asks_the_feeder_again_when_its_site_stalls(tmp_path, swarm_port,
+                                                              monkeypatch):
+    """A fetcher that holds its slice fetches the rest from the site's other fetchers only;
+    when none of them serves (a host that failed inside its slice), it asks the feeder again
+    after STALL_S without progress, and completes. The control: with a stall longer than
+    the wait it still lacks the other slice, and the feeder sent its slice only."""
+    state, mine, served, moved = _fetch_without_the_other_fetcher(
+        tmp_path / "control", swarm_port, 1000.0, monkeypatch, wait_s=4.0)
+    plen = _swarm.PIECE_MIN
+    slice_bytes = sum(plen if i < 4 else 5 for i in mine)
+    assert moved == ["shard.bin"]  # it held its slice, and was added again without the feeder
+    assert state[0] is False and state[1] == slice_bytes
+    assert served == slice_bytes
+    state, mine, served, moved = _fetch_without_the_other_fetcher(
+        tmp_path / "stall", swarm_port, 1.0, monkeypatch, wait_s=20.0)
+    assert moved == ["shard.bin"]
+    assert state[0] is True and state[1] == 4 * plen + 5
+    assert served == 4 * plen + 5  # the feeder sent one copy: the slice, then the rest
 
 
 def _rec_for(tmp_path, path, size):
@@ -328,3 +384,116 @@ def test_the_progress_file_is_written_on_a_change_or_once_a_second(tmp_path, swa
         assert len(writes) == 3
     finally:
         step.swarm.close()
+
+
+def _outsider_gets(tmp_path, port, admitted, wait_s):
+    """A seed at 127.0.0.1 whose site is 127.0.0.1-2 (plus 127.0.0.4 when ``admitted``)
+    serves a file; 127.0.0.4 knows its record and connects. Returns the outsider's bytes."""
+    rec = _served_file(tmp_path / "seed", "shard.bin", 2 * _swarm.PIECE_MIN)
+    site = ["127.0.0.1", "127.0.0.2"] + (["127.0.0.4"] if admitted else [])
+    seed = _swarm.Swarm(lt, "127.0.0.1", port, site, site)
+    outsider = _swarm.Swarm(lt, "127.0.0.4", port, ["127.0.0.1"], ["127.0.0.1"])
+    try:
+        seed.add(rec, str(tmp_path / "seed"), seed=True)
+        outsider.add(rec, str(tmp_path / "outsider"))
+        deadline = time.time() + wait_s
+        while time.time() < deadline and not outsider.state()["shard.bin"][0]:
+            outsider.tick()
+            seed.tick()
+            time.sleep(0.1)
+        return outsider.state()["shard.bin"][1]
+    finally:
+        seed.close()
+        outsider.close()
+
+
+def test_a_host_outside_the_site_gets_no_byte(tmp_path, swarm_port, monkeypatch):
+    """Every torrent applies the session's IP filter (the site's addresses only): a host
+    outside the site that knows a file's record connects and gets nothing. The controls: the
+    same host admitted to the site gets the file, and so does the outsider when torrents do
+    not apply the filter (libtorrent's default flags replaced without it, as before)."""
+    size = 2 * _swarm.PIECE_MIN
+    assert _outsider_gets(tmp_path / "out", swarm_port, admitted=False, wait_s=3.0) == 0
+    assert _outsider_gets(tmp_path / "in", swarm_port, admitted=True, wait_s=20.0) == size
+    plain = _swarm.base_flags
+    monkeypatch.setattr(_swarm, "base_flags",
+                        lambda lt_: plain(lt_) & ~lt_.torrent_flags.apply_ip_filter)
+    assert _outsider_gets(tmp_path / "unfiltered", swarm_port, admitted=False,
+                          wait_s=20.0) == size
+
+
+class _FinishedSwarm(object):
+    """What collect() reads of the swarm: one file libtorrent reports finished."""
+
+    moved, stalled = [], []
+
+    def __init__(self, path, size):
+        self.path, self.size = path, size
+
+    def state(self):
+        return {self.path: (True, self.size, self.size, self.size, 0)}
+
+    def errors(self):
+        return {}
+
+
+def test_a_finished_file_is_held_once_its_bytes_are_on_disk(tmp_path):
+    """libtorrent reports a piece once it passed its check, which it can run on blocks not
+    written yet: a file it reports finished is held only once it is on disk at its size. The
+    control: the same file there at its size is held at once."""
+    path, size = "README.md", 52
+    step = _swarm_step.Step.__new__(_swarm_step.Step)  # collect() only: no libtorrent session
+    step.base, step.by_path = str(tmp_path), {path: {"path": path, "size": size}}
+    step.good, step.against, step.events, step.started = {}, {}, [], time.time()
+    step.records = {path: {"info_hash": "ab" * 20, "pieces": "cd" * 20, "piece_length": 65536,
+                           "seed": "h0", "algo": "sha256", "digest": "ef" * 32}}
+    step.result = result()
+    step.seen = {"sliced": 0, "stalled": 0}
+    step.role, step.swarm = "peer", _FinishedSwarm(path, size)
+    step.keep = lambda: None
+    assert step.collect() == size and step.good == {}  # not there yet: still in flight
+    with open(str(tmp_path / path), "wb") as handle:
+        handle.write(b"x" * (size - 1))
+    assert step.collect() == size and step.good == {}  # its last bytes not written yet
+    with open(str(tmp_path / path), "ab") as handle:
+        handle.write(b"x")
+    assert step.collect() == 0 and list(step.good) == [path]
+    assert [what for _t, what, _p in step.events] == ["held"]
+    assert step.result["transferred"] == [path]
+
+
+@pytest.mark.parametrize("at_once", [1, 3])
+def test_a_fetcher_asks_for_one_slice_at_a_time(tmp_path, swarm_port, monkeypatch, at_once):
+    """A fetcher given three records at once asks the feeder for the first file's slice
+    only; the next file asks for its slice once the first holds its own. The control:
+    with SLICES_AT_ONCE at 3 every file asks for its slice at once."""
+    monkeypatch.setattr(_swarm, "SLICES_AT_ONCE", at_once)
+    addrs = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
+    recs = [_served_file(tmp_path / "feeder", name, 4 * _swarm.PIECE_MIN)
+            for name in ("a.bin", "b.bin", "c.bin")]
+    feeder = _swarm.Swarm(lt, addrs[0], swarm_port, addrs, addrs, feeder=addrs[0],
+                          fetchers=addrs[1:])
+    fetcher = _swarm.Swarm(lt, addrs[1], swarm_port, addrs, addrs, feeder=addrs[0],
+                           fetchers=addrs[1:])
+    try:
+        for rec in recs:
+            feeder.add(rec, str(tmp_path / "feeder"), seed=True)
+        handles = [fetcher.add(rec, str(tmp_path / "fetcher")) for rec in recs]
+
+        def asking():
+            return [any(p > 0 for p in h.get_piece_priorities()) for h in handles]
+
+        assert asking() == ([True, False, False] if at_once == 1 else [True, True, True])
+        deadline = time.time() + 20
+        while time.time() < deadline and len(fetcher.moved) < 3:
+            feeder.tick()
+            fetcher.tick()
+            if at_once == 1 and fetcher.moved == ["a.bin"] and "b.bin" in fetcher.slicing:
+                assert fetcher.waiting == ["c.bin"]
+            time.sleep(0.05)
+        assert fetcher.moved == ["a.bin", "b.bin", "c.bin"] if at_once == 1 \
+            else sorted(fetcher.moved) == ["a.bin", "b.bin", "c.bin"]
+        assert fetcher.waiting == []
+    finally:
+        feeder.close()
+        fetcher.close()

@@ -196,3 +196,36 @@ def test_feeder_and_peers_side_by_side_hand_out_every_record_as_it_comes(tmp_pat
                                          timeout=1), clock=lambda: now[0],
                                    sleep=lambda s: now.__setitem__(0, now[0] + s))
     assert lonely.run(task_vars={})["failed"] and lonely_calls["added"] == []
+
+
+def _append_with_the_shell(inbox, data, command):
+    import subprocess
+    subprocess.run(["/bin/sh", "-c", command], input=data.encode("utf-8"), check=True)
+
+
+@pytest.mark.parametrize("torn", [False, True])
+def test_the_shell_append_writes_the_module_s_lines_after_a_torn_one(tmp_path, torn):
+    """What a peer's instance runs through the connection: the records come back as the
+    model_swarm module's lines, a path with a quote and a space included; after a torn last
+    line (a writer killed mid-line) the new line starts on its own. The control: a plain
+    ``cat >>`` glues the record to the torn line, and the reader loses it."""
+    from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _files
+    inbox = str(tmp_path / "it's here" / "inbox.jsonl")
+    records = [{"path": "a'b c.safetensors", "pieces": "ab" * 20, "size": 3},
+               {"path": "$(x)`y`\\z", "pieces": "cd" * 20, "size": 4}]
+    lines = _relay.inbox_lines("s1", records)
+    if torn:
+        import os
+        os.makedirs(os.path.dirname(inbox))
+        with open(inbox, "w") as handle:
+            handle.write('{"session": "s1", "add": [{"path": "half')
+    _append_with_the_shell(inbox, lines, _relay.inbox_append_command(inbox))
+    got = [r for line in _files.read_lines(inbox) for r in line.get("add") or []]
+    assert got == records
+    if torn:
+        control = str(tmp_path / "control.jsonl")
+        with open(control, "w") as handle:
+            handle.write('{"session": "s1", "add": [{"path": "half')
+        _append_with_the_shell(control, lines, "cat >> '%s'" % control)
+        assert [r for line in _files.read_lines(control) for r in line.get("add") or []] \
+            == records[1:]

@@ -107,10 +107,13 @@ def test_plan_swarms_every_engine_host_and_rounds_the_rest():
     plan = _fanout.plan(HOSTS, engine=["a1", "a2", "a3", "b1", "b2"], addresses=ADDR)
     assert plan["hub"] == ["a1", "b1"]
     assert plan["swarm"]["a1"] == {"role": "seed", "feeder": "a1",
-                                   "peers": ["10.0.1.1", "10.0.1.2", "10.0.1.3"]}
+                                   "peers": ["10.0.1.1", "10.0.1.2", "10.0.1.3"],
+                                   "feeder_address": "10.0.1.1",
+                                   "fetchers": ["10.0.1.2", "10.0.1.3"]}
     assert plan["swarm"]["a3"]["role"] == "peer" and "a4" not in plan["swarm"]
     assert plan["swarm"]["b2"] == {"role": "peer", "feeder": "b1",
-                                   "peers": ["10.0.2.1", "10.0.2.2"]}
+                                   "peers": ["10.0.2.1", "10.0.2.2"],
+                                   "feeder_address": "10.0.2.1", "fetchers": ["10.0.2.2"]}
     # a4 lacks the engine: one round from a swarm host, which is verified by then
     assert plan["rounds"] == [{"a4": "a1"}]
     assert plan["fallback"] == ["a4"]
@@ -123,7 +126,36 @@ def test_plan_a_verified_engine_host_feeds_without_the_hub():
     assert plan["hub"] == []
     assert plan["swarm"]["a1"]["role"] == "peer" and plan["swarm"]["a1"]["feeder"] == "a2"
     assert plan["swarm"]["a2"]["role"] == "holder"
+    # only a1 fetches: a site of one fetcher takes no slices (slice_of)
+    assert plan["swarm"]["a3"]["fetchers"] == ["10.0.1.1"]
+    assert plan["swarm"]["a3"]["feeder_address"] == "10.0.1.2"
     assert "b1" not in plan["swarm"] and plan["rounds"] == []
+
+
+@pytest.mark.parametrize("count, fetchers", [(128, 7), (129, 7), (7, 7), (2, 2), (33, 3)])
+def test_slices_split_a_file_among_the_fetchers(count, fetchers):
+    """Every piece is one fetcher's, the slices differ by a piece at most, and the fetcher
+    of the first piece turns with the info-hash."""
+    addrs = ["10.0.0.%d" % (i + 2) for i in range(fetchers)]
+    firsts = set()
+    for info_hash in ("00000000ab", "00000001ab", "00000002ab", "00000003ab"):
+        slices = [_swarm.slice_of(count, info_hash, addrs, a) for a in addrs]
+        assert sorted(i for s in slices for i in s) == list(range(count))
+        sizes = [len(s) for s in slices]
+        assert max(sizes) - min(sizes) <= 1
+        firsts.add([i for i, s in enumerate(slices) if 0 in s][0])
+        # the same slices whatever the order the hosts are listed in
+        assert slices == [_swarm.slice_of(count, info_hash, list(reversed(addrs)), a)
+                          for a in addrs]
+    assert len(firsts) == min(4, fetchers)
+
+
+def test_no_slice_for_one_fetcher_few_pieces_or_a_host_that_does_not_fetch():
+    addrs = ["10.0.0.2", "10.0.0.3", "10.0.0.4"]
+    assert _swarm.slice_of(3, "00", addrs, "10.0.0.2") == [0]
+    assert _swarm.slice_of(2, "00", addrs, "10.0.0.2") is None  # fewer pieces than hosts
+    assert _swarm.slice_of(100, "00", ["10.0.0.2"], "10.0.0.2") is None  # one fetcher
+    assert _swarm.slice_of(100, "00", addrs, "10.0.0.1") is None  # the feeder, a holder
 
 
 def test_plan_without_the_engine_on_the_seed_is_today_s_rounds():
