@@ -1,0 +1,42 @@
+"""scripts/bench-model's timeline: per file, the first and the last host's time of each
+swarm event, on the machine's clock (each host's events are seconds from its own start)."""
+
+import importlib.machinery
+import importlib.util
+import os
+
+from ansible_collections.gpufleet.sglang.tests.paths import ROOT
+
+_LOADER = importlib.machinery.SourceFileLoader(
+    "gpufleet_bench_model", os.path.join(ROOT, "scripts", "bench-model"))
+_SPEC = importlib.util.spec_from_loader(_LOADER.name, _LOADER)
+bench = importlib.util.module_from_spec(_SPEC)
+_LOADER.exec_module(bench)
+
+RUN = {"per_host": {
+    "gpufleet-bm-1": {"start_s": 0.0, "events": [[1.0, "verified", "b"], [5.0, "verified", "a"]]},
+    "gpufleet-bm-2": {"start_s": 0.5, "events": [[1.0, "record", "b"], [3.0, "held", "b"],
+                                                 [6.0, "record", "a"], [8.0, "sliced", "a"],
+                                                 [12.0, "held", "a"]]},
+    "gpufleet-bm-3": {"start_s": 2.0, "events": [[0.0, "record", "b"], [2.5, "held", "b"],
+                                                 [4.0, "record", "a"], [5.0, "sliced", "a"],
+                                                 [20.0, "stalled", "a"], [22.0, "held", "a"],
+                                                 [30.0, "other", "a"]]},
+    "gpufleet-bm-4": {"start_s": 0.2, "events": None}}}
+
+
+def test_timeline_orders_files_by_their_first_event_and_spans_the_hosts():
+    rows = bench.timeline(RUN)
+    assert [path for path, _events in rows] == ["b", "a"]
+    b, a = rows[0][1], rows[1][1]
+    assert b == {"verified": (1.0, 1.0, 1), "record": (1.5, 2.0, 2), "held": (3.5, 4.5, 2)}
+    assert a["verified"] == (5.0, 5.0, 1)
+    assert a["record"] == (6.0, 6.5, 2)
+    assert a["sliced"] == (7.0, 8.5, 2)  # host 3's clock starts 2 s later
+    assert a["held"] == (12.5, 24.0, 2)
+    assert a["stalled"] == (22.0, 22.0, 1)
+    assert "other" not in a
+
+
+def test_timeline_of_a_run_without_events_is_empty():
+    assert bench.timeline({"per_host": {"h": {"start_s": 0.0, "events": None}}}) == []
