@@ -161,6 +161,13 @@ bytes_served:
   description: Bytes this host sent to the site's other hosts (swarm).
   type: int
   returned: always
+engine_disk:
+  description:
+    - What the swarm engine did with the disk (libtorrent's session counters) - C(read_back),
+      blocks of 16 KiB read back from disk to hash them (0 - a verified file is served as held,
+      a received piece is checked as it arrives), and C(hash_us), microseconds spent hashing.
+  type: dict
+  returned: when the swarm ran
 io:
   description: This process's I/O counters at the end (C(/proc/self/io)), e.g. C(read_bytes), C(rchar).
   type: dict

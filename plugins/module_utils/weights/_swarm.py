@@ -392,10 +392,20 @@ class Swarm(object):
         params.flags = flags | base_flags(lt)
         return params
 
+    def _served_params(self, rec, save_dir):
+        """A file this host verified, to serve: added as holding every piece (``have_pieces``,
+        nothing read back). Not libtorrent's seed mode: it hashes each piece again, read
+        back from disk, the first time a peer asks for it (the seed had hashed every byte as
+        it wrote it; a holder's pieces are in its records): on a repo larger than the page
+        cache, a read of the whole repo on the seed (docs/model-weights.md, tenth stop)."""
+        params = self._params(rec, save_dir, 0)
+        params.have_pieces = [True] * (len(rec["pieces"]) // 40)
+        return params
+
     def add(self, rec, save_dir, seed=False):
         lt = self.lt
         if seed:
-            params = self._params(rec, save_dir, lt.torrent_flags.seed_mode)
+            params = self._served_params(rec, save_dir)
         else:
             # a partial file is checked first: libtorrent stops the torrent when the check
             # is done, and tick() starts it and connects the peers only then, so that no
@@ -549,6 +559,27 @@ class Swarm(object):
         return sum(_counters(status, self.carried.get(path))[3]
                    for path, status in self.refresh().items()) + \
             sum(self.carried[path][3] for path in self.moving)
+
+    def disk_counters(self, timeout=2.0):
+        """What this host's engine did with its disk: ``read_back``, blocks of 16 KiB read
+        back from disk to hash them (libtorrent's ``disk.num_read_back``: none for a file it
+        serves as held, every block of it in seed mode), and ``hash_us``, the microseconds
+        its disk threads spent hashing (a peer's pieces, checked as they arrived). None if
+        the session did not answer within ``timeout``."""
+        self.session.post_session_stats()
+        found = []
+
+        def look():
+            found.extend(alert for alert in self.session.pop_alerts()
+                         if isinstance(alert, self.lt.session_stats_alert))
+            return found
+
+        _waiter.wait(look, ready=bool, timeout=timeout, interval=0.05)
+        if not found:
+            return None
+        values = found[0].values
+        return {"read_back": int(values["disk.num_read_back"]),
+                "hash_us": int(values["disk.disk_hash_time"])}
 
     def errors(self):
         return {path: status.errc.message() for path, status in self._looked().items()

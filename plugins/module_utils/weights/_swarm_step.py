@@ -319,6 +319,7 @@ class Step(object):
         finally:
             # one last look (the loop's may be a quarter second old): state() reads it too
             self.result["bytes_served"] = self.swarm.served()
+            self.result["engine_disk"] = self.swarm.disk_counters()
             state = self.swarm.state()
             if self.role == "peer":
                 self.result["bytes_transferred"] += sum(v[2] for v in state.values())

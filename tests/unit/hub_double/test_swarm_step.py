@@ -122,6 +122,7 @@ def _seed_and_peers(hub, tmp_path, addrs, port, sliced, session="s1"):
         good, bad, _hashed = _model.verify_files(base, manifest)
         assert not bad, (i, bad)
         assert results[i]["bytes_read_to_hash"] == 0
+        assert results[i]["engine_disk"]["read_back"] == 0  # nor did the engine, serving
         assert results[i]["bytes_hashed"] == _model.total_bytes(manifest)
     # the peers got every byte from the swarm, and the seed served at least one copy
     assert results[0]["bytes_served"] >= _model.total_bytes(nonempty)
@@ -232,6 +233,7 @@ def test_holders_repair_a_truncated_shard_with_no_hub_byte(hub, tmp_path, swarm_
     unique = results[2]["bytes_transferred"] - results[2]["bytes_redundant"]
     assert shard["size"] - keep <= unique <= shard["size"] - keep + plen
     assert results[0]["bytes_read_to_hash"] == results[1]["bytes_read_to_hash"] == 0
+    assert results[0]["engine_disk"]["read_back"] == results[1]["engine_disk"]["read_back"] == 0
 
 
 def _served_file(folder, name, size):
@@ -508,3 +510,47 @@ def test_a_fetcher_asks_for_one_slice_at_a_time(tmp_path, swarm_port, monkeypatc
     finally:
         feeder.close()
         fetcher.close()
+
+
+def _served_and_hashed(tmp_path, port):
+    """A holder (127.0.0.1) serves a verified file of 6 pieces and 5 bytes to a peer
+    (127.0.0.2). Returns the bytes the peer holds and each host's engine disk counters."""
+    rec = _served_file(tmp_path / "holder", "shard.bin", 6 * _swarm.PIECE_MIN + 5)
+    addrs = ["127.0.0.1", "127.0.0.2"]
+    holder = _swarm.Swarm(lt, addrs[0], port, addrs, addrs)
+    peer = _swarm.Swarm(lt, addrs[1], port, addrs, addrs)
+    try:
+        holder.add(rec, str(tmp_path / "holder"), seed=True)
+        peer.add(rec, str(tmp_path / "peer"))
+        deadline = time.time() + 60
+        while time.time() < deadline and not peer.state()["shard.bin"][0]:
+            holder.tick()
+            peer.tick()
+            time.sleep(0.1)
+        return peer.state()["shard.bin"][1], holder.disk_counters(), peer.disk_counters()
+    finally:
+        holder.close()
+        peer.close()
+
+
+def test_a_verified_file_is_served_without_reading_it_back_to_hash_it(tmp_path, swarm_port,
+                                                                      monkeypatch):
+    """A file the host verified (the seed hashed it as it wrote it; a holder's pieces are in
+    its records) is served as held: its engine reads no block back to hash it, and neither
+    does the peer, which hashes each piece as it arrives. The control: added in libtorrent's
+    seed mode, the same file is read back and hashed, piece by piece, the first time a peer
+    asks for it."""
+    size = 6 * _swarm.PIECE_MIN + 5
+    blocks = math.ceil(size / 16384.0)
+    held, holder, peer = _served_and_hashed(tmp_path / "held", swarm_port)
+    assert held == size
+    assert holder["read_back"] == 0 and holder["hash_us"] == 0
+    assert peer["read_back"] == 0 and peer["hash_us"] > 0
+
+    def seed_mode(self, rec, save_dir):
+        return self._params(rec, save_dir, self.lt.torrent_flags.seed_mode)
+
+    monkeypatch.setattr(_swarm.Swarm, "_served_params", seed_mode)
+    held, holder, _peer = _served_and_hashed(tmp_path / "seed-mode", swarm_port)
+    assert held == size
+    assert holder["read_back"] >= blocks and holder["hash_us"] > 0
