@@ -1,5 +1,6 @@
 """scripts/bench-model's timeline: per file, the first and the last host's time of each
-swarm event, on the machine's clock (each host's events are seconds from its own start)."""
+swarm event, on the machine's clock (each host's events are seconds from its own start);
+the fan-out's time is read off it."""
 
 import importlib.machinery
 import importlib.util
@@ -40,3 +41,7 @@ def test_timeline_orders_files_by_their_first_event_and_spans_the_hosts():
 
 def test_timeline_of_a_run_without_events_is_empty():
     assert bench.timeline({"per_host": {"h": {"start_s": 0.0, "events": None}}}) == []
+
+
+def test_the_fanout_runs_from_the_first_record_to_the_last_file_held():
+    assert bench.fanout_seconds(RUN) == 24.0 - 1.5

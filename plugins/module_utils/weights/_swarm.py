@@ -182,6 +182,11 @@ def record(entry, digest, plen, pieces, host):
             "info_hash": info_hash(info), "seed": host}
 
 
+def piece_count(rec):
+    """The pieces of a record's file (its hex piece hashes: 40 digits a piece)."""
+    return len(rec["pieces"]) // 40
+
+
 def check_record(rec, manifest_by_path):
     """The info dict of a record, after checking it against the manifest and its own
     info-hash (the transport through the controller is checked, the content is checked
@@ -211,7 +216,7 @@ def against(rec, how):
     if how == "hub":
         return "%s:%s (hashed while written)" % (rec["algo"], rec["digest"])
     return "btv1:%s (%d pieces of %d bytes made by %s from %s:%s)" % (
-        rec["info_hash"], len(rec["pieces"]) // 40, rec["piece_length"], rec["seed"],
+        rec["info_hash"], piece_count(rec), rec["piece_length"], rec["seed"],
         rec["algo"], rec["digest"])
 
 
@@ -399,7 +404,7 @@ class Swarm(object):
         it wrote it; a holder's pieces are in its records): on a repo larger than the page
         cache, a read of the whole repo on the seed (docs/model-weights.md, tenth stop)."""
         params = self._params(rec, save_dir, 0)
-        params.have_pieces = [True] * (len(rec["pieces"]) // 40)
+        params.have_pieces = [True] * piece_count(rec)
         return params
 
     def add(self, rec, save_dir, seed=False):
@@ -412,12 +417,11 @@ class Swarm(object):
             # piece the host already holds is asked for while the check still runs
             params = self._params(rec, save_dir, lt.torrent_flags.stop_when_ready)
             self.checking.add(rec["path"])
+            count = piece_count(rec)
             mine = None
             if self.feeder:
-                mine = slice_of(len(rec["pieces"]) // 40, rec["info_hash"], self.fetchers,
-                                self.address)
+                mine = slice_of(count, rec["info_hash"], self.fetchers, self.address)
             if mine is not None:
-                count = len(rec["pieces"]) // 40
                 if len(self.slicing) - len(self.waiting) < SLICES_AT_ONCE:
                     params.piece_priorities = _slice_priorities(count, mine)
                 else:
@@ -468,8 +472,7 @@ class Swarm(object):
         while self.waiting and len(self.slicing) - len(self.waiting) < SLICES_AT_ONCE:
             path = self.waiting.pop(0)
             rec, _save_dir, mine = self.slicing[path]
-            self.handles[path].prioritize_pieces(_slice_priorities(len(rec["pieces"]) // 40,
-                                                                   mine))
+            self.handles[path].prioritize_pieces(_slice_priorities(piece_count(rec), mine))
         for path, (rec, save_dir, held, done) in sorted(self.moving.items()):
             params = self._params(rec, save_dir, lt.torrent_flags.duplicate_is_error)
             params.have_pieces = held
