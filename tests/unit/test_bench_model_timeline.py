@@ -45,3 +45,32 @@ def test_timeline_of_a_run_without_events_is_empty():
 
 def test_the_fanout_runs_from_the_first_record_to_the_last_file_held():
     assert bench.fanout_seconds(RUN) == 24.0 - 1.5
+
+
+def _samples():
+    """Counters (sent, received) of a seed and a peer, twice a second from t=100: the seed
+    sends 1 MiB/s from 101 to 103, the peer receives what it sends."""
+    mib = 1048576
+    rows = []
+    for i in range(11):
+        when = 100.0 + i * 0.5
+        sent = int(max(0.0, min(when, 103.0) - 101.0) * mib)
+        rows.append((when, {"seed": (sent, 0), "peer": (0, sent)}))
+    return rows
+
+
+def test_link_rates_are_per_second_from_the_first_start():
+    rates = bench.link_rates(_samples(), 100.0)
+    assert [start for start, _row in rates] == [0.0, 1.0, 2.0, 3.0, 4.0]
+    assert [round(row["seed"][0], 3) for _start, row in rates] == [0.0, 1.0, 1.0, 0.0, 0.0]
+    assert [round(row["peer"][1], 3) for _start, row in rates] == [0.0, 1.0, 1.0, 0.0, 0.0]
+    assert all(row["seed"][1] == 0 for _start, row in rates)
+
+
+def test_link_summary_spans_the_busy_seconds_only():
+    rates = bench.link_rates(_samples(), 100.0)
+    summary = bench.link_summary(rates, "seed", ["peer"], rate_mib=2)
+    assert summary["seed_out"] == {"from_s": 1.0, "to_s": 3.0, "mib": 2.0, "busy": 0.5}
+    assert summary["peers_in"]["peer"] == summary["seed_out"]
+    # a link that never carried more than the threshold has no span
+    assert bench.link_summary(rates, "peer", ["seed"], rate_mib=2)["seed_out"] is None
