@@ -56,8 +56,13 @@ SLICE_FETCHERS = 2
 # in the order their records came. A verified host that feeds 7 new hosts hands out every
 # record at once: slices asked for together came out of its link together, and nobody
 # traded before the end (the bench's fan-out, 8 shards of 32 MiB at 6 MiB/s: 84.0 s with
-# every slice at once, 62.2 s with 2 at a time, 55.7 s with 1; 58.9 s super-seeded)
-SLICES_AT_ONCE = 1
+# every slice at once, 62.2 s with 2 at a time, 55.7 s with 1). While the seed downloads,
+# one slice at a time is one connection from the feeder into a fetcher whose link is full
+# of trade: it got too small a share, the feeder's link ran 69 % busy and the slices fell
+# behind (16 shards of 16 MiB: 8 hosts 1.42-1.49x, 4 hosts 1.53-1.56x with 1; 1.33-1.38x
+# and 1.33x with 2; the fan-out 54.95 s with 1, 57.01 s with 2, 59.98 s with 3;
+# docs/model-weights.md, twelfth stop)
+SLICES_AT_ONCE = 2
 # seconds a fetcher that holds its slice may make no progress without the feeder before it
 # asks the feeder too (a host that fails or stalls inside its slice would leave its pieces
 # with the feeder alone)
