@@ -277,12 +277,19 @@ class Waiter(object):
                               last_status=self.last_status, **extra)
 
     def port_open(self, host, port):
+        """Whether the server listens. A probe of a local port inside the kernel's
+        ephemeral range, while nothing listens there, can be given that port as its own
+        source and connect to itself (TCP simultaneous open); that is no listener."""
         try:
             sock = socket.create_connection((host, port), timeout=min(5.0, self.params["request_timeout"]))
         except (OSError, socket.error):
             return False
-        sock.close()
-        return True
+        try:
+            return sock.getsockname()[:2] != sock.getpeername()[:2]
+        except (OSError, socket.error):
+            return False
+        finally:
+            sock.close()
 
     def run(self):
         params = self.params

@@ -11,11 +11,12 @@ Runs only with GPUFLEET_INTEGRATION=1.
 """
 
 import os
-import socket
 import subprocess
 import sys
 
 import pytest
+
+from ansible_collections.gpufleet.sglang.tests.ports import port_open
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -42,11 +43,7 @@ def _molecule(*args):
 
 
 def _serving(port):
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1):
-            return True
-    except OSError:
-        return False
+    return port_open("127.0.0.1", port, timeout=1)
 
 
 @pytest.fixture(scope="module")

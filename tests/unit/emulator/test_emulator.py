@@ -9,7 +9,6 @@ import http.client
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -18,7 +17,7 @@ import time
 import pytest
 
 from ansible_collections.gpufleet.sglang.tests.paths import FIXTURES, ROOT, SGLANG_HELP as HELP
-from ansible_collections.gpufleet.sglang.tests.ports import free_port
+from ansible_collections.gpufleet.sglang.tests.ports import free_port, port_open
 
 EMU = os.path.join(ROOT, "tests", "emulator")
 SRC = os.path.join(EMU, "src")
@@ -67,11 +66,7 @@ class Emu:
         return self.log_path.read_text(encoding="utf-8", errors="replace")
 
     def port_open(self):
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                return True
-        except OSError:
-            return False
+        return port_open("127.0.0.1", self.port)
 
     def wait_port(self, timeout=10):
         deadline = time.monotonic() + timeout

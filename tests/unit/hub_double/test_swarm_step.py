@@ -15,6 +15,7 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils.weights import (
     _model_hub,
     _swarm,
     _swarm_step)
+from ansible_collections.gpufleet.sglang.tests.ports import port_open
 from hub_double import REPO_ID
 
 pytest.importorskip("huggingface_hub")
@@ -154,10 +155,8 @@ def _seed_and_peers(hub, tmp_path, addrs, port, sliced, session="s1"):
         assert all(at["record", p] <= at["sliced", p] <= at["held", p] for p in sliced_paths)
         assert not [p for (what, p) in at if what == "stalled"]
     assert not steps[0].swarm.moved
-    import socket
     for address in addrs:  # nothing listens on the swarm port any more
-        with pytest.raises(OSError):
-            socket.create_connection((address, port), timeout=1).close()
+        assert not port_open(address, port, timeout=1), (address, port)
     # what the seed sent, against the shards' size plus every peer's copy of the files
     # that are not sliced
     many = [p for p, count in pieces.items() if count >= n - 1]

@@ -1,5 +1,6 @@
 import json
 import os
+import socket
 import stat
 import time
 
@@ -7,7 +8,7 @@ import pytest
 
 from ansible_collections.gpufleet.sglang.plugins.modules import server_health
 from ansible_collections.gpufleet.sglang.tests.doubles import QuietHandler, start_http, stop_http
-from ansible_collections.gpufleet.sglang.tests.ports import free_port
+from ansible_collections.gpufleet.sglang.tests.ports import connected_to_itself, free_port
 
 
 class FakeServer:
@@ -71,6 +72,39 @@ def test_times_out_when_the_port_never_opens(run_module):
     assert failed
     assert "port %d never opened" % port in result["msg"]
     assert time.monotonic() - start < 5
+
+
+@pytest.mark.parametrize("itself", [True, False])
+def test_a_probe_connected_to_itself_is_no_open_port(run_module, monkeypatch, itself):
+    port = free_port()
+    probes = []
+    real_create_connection = socket.create_connection
+    listeners = []
+
+    def create_connection(address, timeout=None):
+        probes.append(address)
+        if itself:
+            return connected_to_itself(port)
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)  # a real listener
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        listeners.append(listener)
+        return real_create_connection(listener.getsockname(), timeout=timeout)
+
+    monkeypatch.setattr(server_health.socket, "create_connection", create_connection)
+    try:
+        result, failed = run_module(server_health, {
+            "url": "http://127.0.0.1:%d" % port, "release": "0.5.9", "timeout": 1, "interval": 0.2})
+    finally:
+        for listener in listeners:
+            listener.close()
+    assert failed and probes and probes[0] == ("127.0.0.1", port)
+    if itself:  # no HTTP request is made to a port that is not open
+        assert "port %d never opened" % port in result["msg"], result["msg"]
+        assert result["polls"] == 0
+    else:  # the same fake with a listener on the other end counts as open
+        assert "port %d never opened" % port not in result["msg"], result["msg"]
+        assert result["polls"] > 0
 
 
 def _fake_bin(tmp_path, name, body):
