@@ -14,7 +14,7 @@ from ansible import constants as C
 from ansible import context
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils.weights import _fanout, _relay
+from ansible_collections.gpufleet.sglang.plugins.module_utils.weights import _fanout, _lease, _relay
 
 
 def forks():
@@ -33,9 +33,15 @@ class ActionModule(ActionBase):
         result = super(ActionModule, self).run(tmp, task_vars)
         args = self._task.args
         engine_name = args.get("engine", "libtorrent")
+        problems = []
         if engine_name not in ("libtorrent", "rsync"):
-            return dict(result, failed=True,
-                        msg="model_engine is %r: expected libtorrent or rsync" % (engine_name,))
+            problems.append("model_engine is %r: expected libtorrent or rsync" % (engine_name,))
+        try:
+            lease = _lease.checked(args.get("lease", 0), args.get("interval", 10))
+        except ValueError as error:
+            problems.append(str(error))
+        if problems:
+            return dict(result, failed=True, msg="; ".join(problems))
         play_hosts = task_vars.get("ansible_play_hosts") or []
         hostvars = task_vars.get("hostvars") or {}
         hosts, verified, seeds, engine, addresses = _fanout.fleet_inputs(play_hosts, hostvars)
@@ -53,6 +59,7 @@ class ActionModule(ActionBase):
         # instance of it gets a worker at once; otherwise the waves (wave.yml) do
         plan["relay"] = bool(plan["swarm"]) and _relay.fits(hosts, forks())
         plan["relay_dir"] = _relay.directory(plan["session"])
+        plan["lease"] = lease
         result.update(changed=False, plan=plan)
         if plan["fallback"]:
             result["msg"] = ("the swarm engine (libtorrent) is not installed on %s: %s get "

@@ -11,7 +11,12 @@ peers as the seed publishes them, in one task while the hosts run (``weights/_re
 - for a peer: read the relay file's new lines and hand their records to the host's inbox
   (``model_swarm.append``: a shell command through the connection's pipelining), until
   every record is handed out;
-- for any other host (a holder): nothing;
+- for any other host (a holder, or a seed that is not the feeder): read the relay file
+  the same way, handing nothing, until every record is out;
+- with a ``lease``, a host that was handed nothing for a quarter of it has its inbox
+  touched (``model_swarm.touch``), and each of the feeder's model_watch runs touches its
+  own: the swarm on a host whose controller is gone ends on its own (``_lease``), and one
+  whose controller lives hears from it while the relay runs;
 - with ``remove``: the session's relay directory on the controller goes (after the swarm).
 """
 
@@ -22,7 +27,7 @@ __metaclass__ = type
 from ansible.utils.display import Display
 from ansible_collections.gpufleet.sglang.plugins.action import model_swarm, model_wait
 from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _waiter
-from ansible_collections.gpufleet.sglang.plugins.module_utils.weights import _relay
+from ansible_collections.gpufleet.sglang.plugins.module_utils.weights import _lease, _relay
 
 display = Display()
 
@@ -36,6 +41,9 @@ class ActionModule(model_wait.ActionModule):
 
     def _swarm_add(self, inbox, session, records, task_vars):
         return model_swarm.append(self, inbox, session, records, task_vars=task_vars)
+
+    def _swarm_touch(self, inbox, session, task_vars):
+        return model_swarm.touch(self, inbox, session, task_vars=task_vars)
 
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}
@@ -51,10 +59,8 @@ class ActionModule(model_wait.ActionModule):
         relay_file = _relay.path(args["relay_dir"], args["feeder"])
         if role == "feeder":
             return self._feed(args, relay_file, result, task_vars)
-        if role == "peer":
-            return self._hand_out(args, relay_file, result, task_vars)
-        if role in ("holder", "seed"):
-            return dict(result, changed=False, handed=0, msg="nothing to relay (%s)" % role)
+        if role in ("peer", "holder", "seed"):
+            return self._hand_out(args, relay_file, result, task_vars, hand=role == "peer")
         return dict(result, failed=True,
                     msg="role is %r: expected feeder, peer, holder or seed" % (role,))
 
@@ -116,34 +122,47 @@ class ActionModule(model_wait.ActionModule):
         _relay.append(relay_file, session, failed=msg)
         return dict(result, failed=True, msg=msg)
 
-    # --- a peer's instance -----------------------------------------------------------
-    def _hand_out(self, args, relay_file, result, task_vars):
+    # --- a peer's instance (and a holder's, which hands nothing) -----------------------
+    def _hand_out(self, args, relay_file, result, task_vars, hand=True):
         session = args["session"]
         total = int(args["published_total"])
         timeout = float(args.get("timeout", 86400))
-        out = {"seen": 0, "handed": 0, "batches": 0}  # relay lines read, records handed out
+        keepalive = _lease.keepalive_every(args.get("lease"))
+        host = task_vars.get("inventory_hostname")
+        # relay lines read, records out, records handed, inbox appends, touches, last word
+        out = {"seen": 0, "out": 0, "handed": 0, "batches": 0, "touches": 0,
+               "word_at": self._clock()}
 
         def look():
-            """Read the relay file's new lines and hand their records to the inbox; what
-            stops the peer (a failure here or the feeder's) comes back as ``error``."""
+            """Read the relay file's new lines and hand their records to the inbox (or
+            touch it when nothing was handed for a quarter of the lease); what stops the
+            instance (a failure here or the feeder's) comes back as ``error``."""
             try:
                 records, failed, out["seen"] = _relay.read(relay_file, session, out["seen"])
             except (_relay.RelayError, OSError) as error:
                 return {"error": "the relay on the controller: %s" % error}
-            if records:
+            out["out"] += len(records)
+            if records and hand:
                 added = self._swarm_add(args["inbox"], session, records, task_vars)
                 if added.get("failed"):
                     return {"error": "handing %d records to %s failed: %s"
-                                     % (len(records), task_vars.get("inventory_hostname"),
-                                        added.get("msg"))}
+                                     % (len(records), host, added.get("msg"))}
                 out["handed"] += len(records)
                 out["batches"] += 1
+                out["word_at"] = self._clock()
             if failed:
                 return {"error": "the site's feeder %s: %s" % (args["feeder"], failed)}
+            if keepalive and out["out"] < total and self._clock() - out["word_at"] >= keepalive:
+                touched = self._swarm_touch(args["inbox"], session, task_vars)
+                if touched.get("failed"):
+                    return {"error": "touching the inbox of %s failed: %s"
+                                     % (host, touched.get("msg"))}
+                out["touches"] += 1
+                out["word_at"] = self._clock()
             return {}
 
         done = _waiter.wait(look, ready=lambda seen: bool(seen.get("error"))
-                            or out["handed"] >= total,
+                            or out["out"] >= total,
                             timeout=timeout, interval=POLL_S, clock=self._clock,
                             sleep=self._sleep)
         if done.value.get("error"):
@@ -151,5 +170,6 @@ class ActionModule(model_wait.ActionModule):
         if not done.ok:
             return dict(result, failed=True, handed=out["handed"],
                         msg="%d of %d records from %s in %ds" % (
-                            out["handed"], total, args["feeder"], timeout))
-        return dict(result, changed=False, handed=out["handed"], batches=out["batches"])
+                            out["out"], total, args["feeder"], timeout))
+        return dict(result, changed=False, handed=out["handed"], batches=out["batches"],
+                    touches=out["touches"])

@@ -19,6 +19,7 @@ import time
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _waiter
+from ansible_collections.gpufleet.sglang.plugins.module_utils.weights import _lease
 
 display = Display()
 
@@ -63,6 +64,7 @@ class ActionModule(ActionBase):
         return {"job_path": os.path.join(self._job_dir(), str(args.get("jid"))), "until": until,
                 "progress_path": args.get("progress_path"),
                 "session": args.get("session"),
+                "inbox": args.get("inbox"),
                 "published_path": args.get("published_path"),
                 "published_after": int(args.get("published_after", 0)),
                 "published_total": int(args.get("published_total", 0)),
@@ -80,10 +82,14 @@ class ActionModule(ActionBase):
         watch_args = self._watch_args(args, until)
         lines = []
         begun = self._clock()
+        # a wave of the model role returns at least this often, so that the play touches
+        # every host's inbox in between (the swarm's lease)
+        keepalive = _lease.keepalive_every(args.get("lease")) if until == "published" else 0.0
+        stop_after = min(timeout, keepalive) if keepalive else timeout
 
         def look():
             """One run of model_watch on the host, for the rest of this interval."""
-            left = timeout - (self._clock() - begun)
+            left = stop_after - (self._clock() - begun)
             return self._watch(dict(watch_args, window=max(0.0, min(interval, left))),
                                task_vars)
 
@@ -97,8 +103,14 @@ class ActionModule(ActionBase):
                 lines.append(text)
                 display.display("model transfer " + text)
 
-        done = _waiter.wait(look, ready=answered, timeout=timeout, interval=0.0,
+        done = _waiter.wait(look, ready=answered, timeout=stop_after, interval=0.0,
                             on_poll=line, clock=self._clock, sleep=self._sleep)
+        if not done.ok and stop_after < timeout:
+            # no new record within a quarter of the lease: an empty wave
+            after = int(args.get("published_after", 0))
+            return dict(result, changed=False, progress=lines, published=[], count=after,
+                        session=args.get("session"),
+                        all_published=after >= int(args.get("published_total", 0)))
         if not done.ok:
             return dict(result, failed=True, progress=lines,
                         msg="the transfer on %s ran longer than %ds" % (host, timeout))

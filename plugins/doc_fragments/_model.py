@@ -67,6 +67,12 @@ options:
   session:
     description: The step's swarm session id.
     type: str
+  inbox:
+    description:
+      - The host's swarm inbox. Each run of M(gpufleet.sglang.model_watch) touches it, as word
+        from the controller, which keeps the swarm's lease (the C(lease) key of
+        M(gpufleet.sglang.model_fetch)'s C(swarm)).
+    type: path
   published_path:
     description: The published journal of a swarm seed or holder (O(until=published)).
     type: path

@@ -38,7 +38,7 @@ description:
     hashes to the C(published) journal of O(swarm) as soon as it verified the file and serves it at once; a
     holder (a host verified already) serves its copy; a peer adds the records the
     controller appends to the C(inbox) journal of O(swarm) and libtorrent checks every piece as it arrives.
-    Every host serves what it holds. The run ends when the inbox says stop.
+    Every host serves what it holds. The run ends when the inbox says stop, or when its lease ends.
 requirements:
   - huggingface_hub (for O(source=hub))
   - rsync (for O(source=peer) without O(swarm), and O(source=local))
@@ -84,7 +84,13 @@ options:
         addresses admitted), C(feeder) (the address of the host whose records the site
         takes) and C(fetchers) (the addresses of the site's hosts that fetch; each takes
         its own slice of a file from the feeder, the rest from the others), C(session) (an
-        id the controller's records carry), C(inbox), C(published) (journal paths) and C(deadline) (seconds).
+        id the controller's records carry), C(inbox), C(published) (journal paths), C(deadline) (seconds)
+        and C(lease) (seconds, 0 or absent for none).
+      - With a C(lease), the host's part ends on its own once, for that long, the inbox has not
+        changed (the controller appends to it or touches it) and no byte has moved. A host
+        that holds every file then ends as if stopped, any other fails with what it holds kept.
+        A controller that dies before its stop then leaves no engine running, nor its port open,
+        past the lease.
     type: dict
   source_path:
     description: Local or NFS directory to copy from (O(source=local)).

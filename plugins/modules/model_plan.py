@@ -32,6 +32,16 @@ options:
     type: list
     elements: dict
     default: []
+  lease:
+    description:
+      - The swarm's lease in seconds (C(model_swarm_lease)), checked and returned in the plan
+        as C(lease); 0 for none, else at least 3 times O(interval).
+    type: float
+    default: 0
+  interval:
+    description: The progress interval in seconds (C(model_progress_interval)).
+    type: float
+    default: 10
 seealso:
   - module: gpufleet.sglang.model_fetch
 """
@@ -49,7 +59,7 @@ RETURN = r"""
 plan:
   description:
     - C(hub), C(swarm), C(rounds), C(sites), C(fallback), C(session), C(published_total),
-      C(relay_dir).
+      C(relay_dir), C(lease).
     - C(relay) is true when M(gpufleet.sglang.model_relay) hands out the seed's records
       (C(forks) covers every host of the plan); otherwise the role's waves do.
   type: dict

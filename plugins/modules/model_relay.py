@@ -23,6 +23,13 @@ description:
   - For a peer (O(role=peer)), hands the records of the relay file's new lines to the host's
     inbox (M(gpufleet.sglang.model_swarm)) as they come, until every record is handed out;
     the feeder's failure fails it with the feeder's message.
+  - For a holder, or a seed that is not the feeder, reads the relay file the same way and
+    hands nothing, until every record is out.
+  - With O(lease), the inbox of a peer or holder that was handed nothing for a quarter of it
+    is touched, and the feeder's is touched by each look at its journal, as word from the
+    controller that keeps the swarm's lease (the C(lease) key of
+    M(gpufleet.sglang.model_fetch)'s C(swarm)). A swarm whose controller is gone ends on its
+    own.
   - The relay directory is the controller's, 0700; a directory that is not the controller
     user's own, or that other users can open, is refused.
   - Runs on the controller (an action plugin); nothing is installed on the hosts.
@@ -41,7 +48,7 @@ attributes:
 options:
   role:
     description: This host's part (required unless O(remove)); a holder or seed that is not
-      the feeder does nothing.
+      the feeder hands nothing.
     type: str
     choices: [feeder, peer, holder, seed]
   feeder:
@@ -72,8 +79,12 @@ options:
     type: float
     default: 0.2
   inbox:
-    description: With O(role=peer), the inbox journal of the host's swarm.
+    description: The inbox journal of the host's swarm.
     type: path
+  lease:
+    description: The swarm's lease in seconds (0 for none).
+    type: float
+    default: 0
   interval:
     description: Seconds between the feeder's progress lines.
     type: float
@@ -113,4 +124,8 @@ batches:
   description: Lines appended (feeder) or inbox appends made (peer).
   type: int
   returned: for the feeder and the peers
+touches:
+  description: Times the host's inbox was touched because nothing was handed to it (O(lease)).
+  type: int
+  returned: for the peers and the holders
 """

@@ -20,6 +20,9 @@ description:
     the manifest and its info-hash and lets the engine fetch and check the pieces.
   - O(stop) ends the host's swarm (it closes its session and port, writes its marker and,
     when it holds every file, moves the directory into place).
+  - O(keepalive) with nothing to add or stop touches the inbox (creates it, sets its mtime),
+    as word from the controller that keeps the swarm's lease (the C(lease) key of
+    M(gpufleet.sglang.model_fetch)'s C(swarm)).
   - Its action plugin appends the lines with one shell command fed through the
     connection's pipelining (no Python start on the host; the relay's peers hand out their
     batches the same way); this module runs where the connection does not pipeline, in
@@ -51,6 +54,10 @@ options:
     default: []
   stop:
     description: End the host's swarm.
+    type: bool
+    default: false
+  keepalive:
+    description: With nothing to add or stop, touch the inbox instead (reported unchanged).
     type: bool
     default: false
 seealso:
@@ -86,10 +93,16 @@ def main():
             session=dict(type="str", required=True),
             add=dict(type="list", elements="dict", default=[]),
             stop=dict(type="bool", default=False),
+            keepalive=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
     p = module.params
+    if p["keepalive"] and not (p["add"] or p["stop"]):
+        if not module.check_mode:
+            os.makedirs(os.path.dirname(p["inbox"]) or "/", exist_ok=True)
+            _files.touch(p["inbox"])
+        module.exit_json(changed=False, added=0)
     line = {"session": p["session"], "add": p["add"], "stop": p["stop"]}
     if not module.check_mode and (p["add"] or p["stop"]):
         os.makedirs(os.path.dirname(p["inbox"]) or "/", exist_ok=True)

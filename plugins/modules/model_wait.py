@@ -47,6 +47,15 @@ options:
     type: str
     choices: [finished, published, complete]
     default: finished
+  lease:
+    description:
+      - The swarm's lease in seconds (the C(lease) key of M(gpufleet.sglang.model_fetch)'s
+        C(swarm)); 0 for none.
+      - With O(until=published), the wait also returns when a quarter of it passed with no
+        new record (the returned C(published) is then empty), so that the play can touch every host's
+        inbox in between (the waves of the model role).
+    type: float
+    default: 0
 seealso:
   - module: gpufleet.sglang.model_fetch
   - module: gpufleet.sglang.model_watch
@@ -67,7 +76,9 @@ progress:
   elements: str
   returned: always
 published:
-  description: With O(until=published), the records published after O(published_after).
+  description:
+    - With O(until=published), the records published after O(published_after); empty when
+      a quarter of O(lease) passed without one.
   type: list
   elements: dict
   returned: when until is published

@@ -114,6 +114,16 @@ def append_line(path, record, mode=0o644):
         os.close(fd)
 
 
+def touch(path, mode=0o644):
+    """Create ``path`` if it is missing and set its mtime to now (the swarm's inbox: word
+    from the controller for the swarm's lease)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, mode)
+    try:
+        os.utime(fd)
+    finally:
+        os.close(fd)
+
+
 def read_lines(path):
     """Every whole JSON line of ``path`` ([] when missing); a torn or foreign line is
     skipped."""

@@ -33,6 +33,7 @@ PROGRESS_ARGS = dict(
 #: What the transfer's wait looks at besides the job (doc fragment gpufleet.sglang._model.watch).
 WATCH_ARGS = dict(
     session=dict(type="str"),
+    inbox=dict(type="path"),
     published_path=dict(type="path"),
     published_after=dict(type="int", default=0),
     published_total=dict(type="int", default=0),

@@ -107,10 +107,14 @@ class Watch(object):
 
 def watch(params, window, clock=time.monotonic, sleep=time.sleep):
     """Look until the wait has its answer or ``window`` seconds passed. Returns what the
-    last look saw, with the progress (for the controller's line) and ``answered``."""
+    last look saw, with the progress (for the controller's line) and ``answered``. With an
+    ``inbox``, the run touches it first: word from the controller for the swarm's lease
+    (``_lease``)."""
     if params.get("until") not in UNTIL:
         raise ValueError("until must be one of %s, not %r" % (", ".join(UNTIL),
                                                               params.get("until")))
+    if params.get("inbox"):
+        _files.touch(params["inbox"])
     state = Watch(params, clock)
     done = _waiter.wait(state.look, ready=Watch.answered, timeout=max(0.0, float(window)),
                         interval=POLL_S, clock=clock, sleep=sleep)

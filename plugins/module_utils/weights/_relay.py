@@ -135,6 +135,15 @@ def inbox_append_command(inbox):
             "then printf '\\n'; fi; cat; } >> %s" % (folder, path, path, path))
 
 
+def inbox_touch_command(inbox):
+    """A shell command that creates ``inbox`` if it is missing and sets its mtime to now:
+    word from the controller for a host it has nothing to hand (the swarm's lease,
+    ``_lease``), as ``_files.touch`` does."""
+    path = quote(inbox)
+    folder = quote(os.path.dirname(inbox) or "/")
+    return "umask 022 && mkdir -p %s && touch %s" % (folder, path)
+
+
 def remove(relay_dir):
     """Remove the session's directory once the relay is over (True when it was there);
     one that is not private is left alone (RelayError)."""

@@ -563,9 +563,16 @@ class Swarm(object):
         return out
 
     def served(self):
-        """Payload bytes this host sent to the others (moved torrents' included)."""
+        """Payload bytes this host sent to the others (moved torrents' included), from a
+        fresh status."""
+        self.refresh()
+        return self.payload_sent()
+
+    def payload_sent(self):
+        """Payload bytes this host sent to the others, from this look's status (the
+        lease's movement: no status is asked for)."""
         return sum(_counters(status, self.carried.get(path))[3]
-                   for path, status in self.refresh().items()) + \
+                   for path, status in self._looked().items()) + \
             sum(self.carried[path][3] for path in self.moving)
 
     def disk_counters(self, timeout=2.0):

@@ -15,9 +15,11 @@
   every piece as it arrives; nothing is read back to be hashed.
 
 Every host keeps serving until the inbox says stop (the controller does when every host of
-the site holds every file, or when the step fails). Then the session is closed (its port
-with it), the marker written (what each file was verified against) and, when the host holds
-every file, the staging directory moved into place.
+the site holds every file, or when the step fails), or until its lease ends (``_lease``: no
+word from the controller and no byte moved for ``lease`` seconds; a controller that died
+sends no stop). Then the session is closed (its port with it), the marker written (what
+each file was verified against) and, when the host holds every file, the staging directory
+moved into place.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -31,7 +33,7 @@ import time
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _files
 from ansible_collections.gpufleet.sglang.plugins.module_utils.weights import _model
-from ansible_collections.gpufleet.sglang.plugins.module_utils.weights import _model_hub, _swarm
+from ansible_collections.gpufleet.sglang.plugins.module_utils.weights import _lease, _model_hub, _swarm
 
 
 def load_pieces(base):
@@ -84,8 +86,10 @@ class Step(object):
         self.stop = False
         self.inbox_seen = 0
         self.inbox_size = None
+        self.inbox_mark = None  # the inbox's (size, mtime): any change is word from the controller
         self.progress_written = (None, 0.0)  # what the last progress file said, and when
         self.started = time.time()
+        self.lease = _lease.Lease(sw.get("lease") or 0, time.monotonic())  # not the wall clock
         self.initial = None
         self.downloader = None
         self.lt = lt
@@ -207,9 +211,10 @@ class Step(object):
     # --- the peer's inbox ----------------------------------------------------------
     def read_inbox(self):
         try:
-            size = os.path.getsize(self.sw["inbox"])
+            st = os.stat(self.sw["inbox"])
+            size, self.inbox_mark = st.st_size, (st.st_size, st.st_mtime_ns)
         except OSError:
-            size = None
+            size, self.inbox_mark = None, None
         if size == self.inbox_size:
             return  # nothing appended since the last look (the loop looks 4 times a second)
         self.inbox_size = size
@@ -293,6 +298,7 @@ class Step(object):
                 self.progress_written = (said, time.time())
             except OSError:
                 pass
+        return done_bytes
 
     def run(self, missing):
         deadline = self.started + float(self.sw.get("deadline") or 86400)
@@ -306,11 +312,19 @@ class Step(object):
                 self.read_inbox()
                 self.swarm.tick()
                 in_flight = self.collect()
-                self.progress(in_flight)
+                done_bytes = self.progress(in_flight)
+                now = time.monotonic()
+                self.lease.look(now, self.inbox_mark, (done_bytes, self.swarm.payload_sent()))
                 if self.failure is not None:
                     raise self.failure
                 if self.stop:
                     self.result["stop_at"] = time.time()
+                    break
+                if self.lease.expired(now):
+                    self.result["lease_expired"] = True
+                    if not self.complete():
+                        raise _model.ModelError(self.lease.message(now))
+                    self.result["stop_at"] = time.time()  # holds every file: ends as if stopped
                     break
                 if time.time() > deadline:
                     raise _model.ModelError("the swarm ran past its deadline (%ss) without the "
@@ -319,6 +333,7 @@ class Step(object):
         finally:
             # one last look (the loop's may be a quarter second old): state() reads it too
             self.result["bytes_served"] = self.swarm.served()
+            self.result["lease"] = self.lease.report(time.monotonic())
             self.result["engine_disk"] = self.swarm.disk_counters()
             state = self.swarm.state()
             if self.role == "peer":

@@ -358,9 +358,13 @@ def test_the_progress_file_is_written_on_a_change_or_once_a_second(tmp_path, swa
                    "inbox": str(tmp_path / "inbox"), "published": str(tmp_path / "pub")}}
     clock = [1000.0]
 
-    class Clock(object):  # the step's clock only (time.time of the module _swarm_step)
+    class Clock(object):  # the step's clock only (time of the module _swarm_step)
         @staticmethod
         def time():
+            return clock[0]
+
+        @staticmethod
+        def monotonic():
             return clock[0]
 
     monkeypatch.setattr(_swarm_step, "time", Clock)
@@ -564,3 +568,76 @@ def test_a_verified_file_is_served_without_reading_it_back_to_hash_it(tmp_path, 
     held, holder, _peer = _served_and_hashed(tmp_path / "seed-mode", swarm_port)
     assert held == size
     assert holder["read_back"] >= blocks and holder["hash_us"] > 0
+
+
+def _lease_step(tmp_path, port, role, lease):
+    """One host's step with a ``lease``: a holder of a verified file (complete), or a peer
+    handed the record of a file nobody serves (incomplete, nothing moves). Runs in a thread;
+    returns (step, out, thread)."""
+    rec = _served_file(tmp_path / "base", "f0.bin", 3 * _swarm.PIECE_MIN + 7)
+    entry = dict((k, rec[k]) for k in ("path", "size", "algo", "digest"))
+    base = str(tmp_path / "base")
+    good = {}
+    if role == "holder":
+        st = os.stat(os.path.join(base, "f0.bin"))
+        good = {"f0.bin": (st.st_size, st.st_mtime_ns)}
+    else:
+        os.remove(os.path.join(base, "f0.bin"))
+    p = {"swarm": {"role": role, "address": "127.0.0.1", "port": port,
+                   "peers": ["127.0.0.1", "127.0.0.2"], "session": "s7",
+                   "inbox": str(tmp_path / "inbox"), "published": str(tmp_path / "pub"),
+                   "deadline": 120, "lease": lease}}
+    if role == "peer":
+        _files.append_line(p["swarm"]["inbox"], {"session": "s7", "add": [rec]})
+    step = _swarm_step.Step(p, base, [entry], good, None, result(), lt)
+    out = {}
+
+    def run():
+        try:
+            out["complete"] = step.run([])
+        except Exception as error:  # the test reads it
+            out["error"] = error
+        out["ended_at"] = time.monotonic()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return step, out, thread
+
+
+@pytest.mark.parametrize("role", ["holder", "peer"])
+def test_a_swarm_whose_controller_is_gone_ends_on_its_own_after_its_lease(
+        tmp_path, swarm_port, role):
+    """No word from the controller and no byte moving for the lease (2 s): the host's part
+    ends on its own and its port closes; a holder that holds every file ends as if stopped,
+    a peer that does not fails with the lease's message. While the inbox is touched every
+    0.5 s (the controller's looks and keepalives) it runs on; the control, with no lease,
+    still listens 4 s after the last touch and ends only at the stop."""
+    started = time.monotonic()
+    step, out, thread = _lease_step(tmp_path / "lease", swarm_port, role, 2.0)
+    inbox = str(tmp_path / "lease" / "inbox")
+    for _touch in range(8):  # touched for 4 s: twice the lease
+        _files.touch(inbox)
+        last_word = time.monotonic()
+        time.sleep(0.5)
+        assert "ended_at" not in out, out
+    assert port_open("127.0.0.1", swarm_port)
+    thread.join(10)
+    assert not thread.is_alive()
+    assert 2.0 <= out["ended_at"] - last_word <= 4.0, (out["ended_at"] - last_word)
+    assert out["ended_at"] - started >= 5.5  # the last touch at 3.5 s, then the lease
+    assert step.result["lease_expired"] is True
+    assert step.result["lease"]["words"] >= 7 and step.result["lease"]["lease_s"] == 2.0
+    if role == "holder":
+        assert out["complete"] is True and "stop_at" in step.result
+    else:
+        assert "no word from the controller for 2 s" in str(out["error"])
+    assert not port_open("127.0.0.1", swarm_port)
+
+    # the control: no lease, the same silence
+    step, out, thread = _lease_step(tmp_path / "none", swarm_port, role, 0)
+    time.sleep(4.0)
+    assert "ended_at" not in out and port_open("127.0.0.1", swarm_port)
+    _files.append_line(str(tmp_path / "none" / "inbox"), {"session": "s7", "stop": True})
+    thread.join(10)
+    assert not thread.is_alive() and "lease_expired" not in step.result
+    assert not port_open("127.0.0.1", swarm_port)

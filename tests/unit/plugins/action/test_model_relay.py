@@ -18,7 +18,7 @@ def _action(args, answers=(), status=None, clock=None, sleep=None):
 
     action = model_relay.ActionModule(ActionTask(args, 'gpufleet.sglang.model_relay'), mock.MagicMock(), mock.MagicMock(),
                                       mock.MagicMock(), mock.MagicMock(), mock.MagicMock())
-    calls = {"watch": [], "added": [], "status": 0}
+    calls = {"watch": [], "added": [], "status": 0, "touched": []}
 
     def watch(module_args, _vars):
         calls["watch"].append(dict(module_args))
@@ -32,7 +32,12 @@ def _action(args, answers=(), status=None, clock=None, sleep=None):
         calls["added"].append((inbox, session, [r["path"] for r in records]))
         return {"changed": True}
 
+    def touch(inbox, session, _vars):
+        calls["touched"].append((inbox, session, action._clock()))
+        return {"changed": False, "added": 0}
+
     action._watch, action._status, action._swarm_add = watch, job_status, add
+    action._swarm_touch = touch
     action._async_dir = "/root/.ansible_async"
     if clock:
         action._clock = clock
@@ -125,11 +130,68 @@ def test_a_feeder_whose_seed_publishes_too_little_fails_at_its_timeout_and_tells
     assert [r["path"] for r in records] == ["a"] and failed == res["msg"]
 
 
-def test_holders_relay_nothing_and_a_bad_role_is_named(tmp_path):
+def test_holders_hand_nothing_until_every_record_is_out_and_a_bad_role_is_named(tmp_path):
+    relay_dir = str(tmp_path / "relay")
+    _relay.create(relay_dir)
+    _relay.append(_relay.path(relay_dir, "seed"), "s1", records=[{"path": "a"}, {"path": "b"}])
+    now = [0.0]
+    action, calls = _action(_args(tmp_path, "holder", timeout=2), clock=lambda: now[0],
+                            sleep=lambda s: now.__setitem__(0, now[0] + s))
+    res = action.run(task_vars={})  # 2 of 3 records out: it waits, then fails at its timeout
+    assert res["failed"] and res["msg"] == "2 of 3 records from seed in 2s"
+    _relay.append(_relay.path(relay_dir, "seed"), "s1", records=[{"path": "c"}])
     action, calls = _action(_args(tmp_path, "holder"))
-    assert action.run(task_vars={})["handed"] == 0 and not calls["watch"]
+    assert action.run(task_vars={}) == {"changed": False, "handed": 0, "batches": 0, "touches": 0}
+    assert not calls["watch"] and not calls["added"]
     action, _calls = _action(_args(tmp_path, "leech"))
     assert "role is 'leech'" in action.run(task_vars={})["msg"]
+
+
+@pytest.mark.parametrize("role", ["peer", "holder", "seed"])
+@pytest.mark.parametrize("lease", [40, 0])
+def test_a_host_handed_nothing_has_its_inbox_touched_every_quarter_of_the_lease(
+        tmp_path, role, lease):
+    """The swarm's lease: while the relay runs, a host that was handed nothing for a quarter
+    of the lease (10 s of 40) has its inbox touched; records handed to a peer are word
+    enough. The relay's records come at 25 s (a, b) and 50 s (c). Without a lease (the
+    control) nothing is touched."""
+    relay_dir = str(tmp_path / "relay")
+    relay_file = _relay.path(relay_dir, "seed")
+    _relay.create(relay_dir)
+    now = [0.0]
+    due = [(25.0, [{"path": "a"}, {"path": "b"}]), (50.0, [{"path": "c"}])]
+
+    def sleep(seconds):
+        now[0] = round(now[0] + seconds, 3)
+        while due and now[0] >= due[0][0]:
+            _relay.append(relay_file, "s1", records=due.pop(0)[1])
+
+    action, calls = _action(_args(tmp_path, role, lease=lease), clock=lambda: now[0],
+                            sleep=sleep)
+    res = action.run(task_vars={})
+    assert not res.get("failed"), res
+    touched_at = [t for _inbox, _s, t in calls["touched"]]
+    assert all(inbox == "/inbox" and s == "s1" for inbox, s, _t in calls["touched"])
+    if not lease:
+        assert touched_at == [] and res["touches"] == 0
+    elif role == "peer":  # handed at 25 s (word): touched at 10, 20, then 35, 45
+        assert touched_at == pytest.approx([10, 20, 35, 45], abs=0.2)
+        assert [paths for _i, _s, paths in calls["added"]] == [["a", "b"], ["c"]]
+    else:  # handed nothing: touched every 10 s until the last record is out
+        assert touched_at == pytest.approx([10, 20, 30, 40], abs=0.2)
+        assert calls["added"] == []
+    assert res["touches"] == len(touched_at) and res["handed"] == (3 if role == "peer" else 0)
+
+
+def test_a_failed_touch_fails_the_instance_with_the_host_s_name(tmp_path):
+    _relay.create(str(tmp_path / "relay"))
+    now = [0.0]
+    action, _calls = _action(_args(tmp_path, "holder", lease=4), clock=lambda: now[0],
+                             sleep=lambda s: now.__setitem__(0, now[0] + s))
+    action._swarm_touch = lambda inbox, session, _vars: {"failed": True, "msg": "rc 1: no"}
+    res = action.run(task_vars={"inventory_hostname": "h2"})
+    assert res["failed"] and res["msg"] == "touching the inbox of h2 failed: rc 1: no"
+    assert now[0] == pytest.approx(1.0, abs=0.15)
 
 
 def test_remove_takes_the_directory_away(tmp_path):
@@ -185,7 +247,8 @@ def test_feeder_and_peers_side_by_side_hand_out_every_record_as_it_comes(tmp_pat
         thread.join(20)
     assert out["feeder"]["published"] == 3
     for i, (_peer, calls) in enumerate(peers):
-        assert out[i] == {"changed": False, "handed": 3, "batches": len(calls["added"])}
+        assert out[i] == {"changed": False, "handed": 3, "batches": len(calls["added"]),
+                          "touches": 0}
         assert [p for _inbox, _s, paths in calls["added"] for p in paths] == ["a", "b", "c"]
     # the first batch was handed out before the second was published
     assert min(handed_at) < published[1]

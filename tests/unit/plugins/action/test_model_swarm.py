@@ -65,3 +65,35 @@ def test_the_task_appends_the_stop_and_nothing_without_records_or_stop():
     idle = _action({"inbox": "/m/inbox", "session": "s1"})
     assert idle.run(task_vars={}) == {"changed": False, "added": 0}
     assert not idle._low_level_execute_command.called and not idle._execute_module.called
+
+
+def test_keepalive_with_nothing_to_add_touches_the_inbox_and_never_appends():
+    act = _action({"inbox": "/m/inbox", "session": "s1", "keepalive": True})
+    assert act.run(task_vars={}) == {"changed": False, "added": 0}
+    (cmd,), kwargs = act._low_level_execute_command.call_args
+    assert cmd == _relay.inbox_touch_command("/m/inbox") and "in_data" not in kwargs
+    # with records the keepalive adds nothing of its own: the records are the word
+    act = _action({"inbox": "/m/inbox", "session": "s1", "keepalive": True, "add": RECORDS})
+    assert act.run(task_vars={}) == {"changed": True, "added": 1}
+    (cmd,), _kwargs = act._low_level_execute_command.call_args
+    assert cmd == _relay.inbox_append_command("/m/inbox")
+    # without pipelining: the module touches it
+    act = _action({"inbox": "/m/inbox", "session": "s1", "keepalive": True}, pipelining=False)
+    assert act.run(task_vars={}) == {"changed": False, "added": 0}
+    assert act._execute_module.call_args[1]["module_args"] == {
+        "inbox": "/m/inbox", "session": "s1", "keepalive": True}
+    assert model_swarm.touch(_action(rc=1), "/m/inbox", "s1") == {
+        "failed": True, "msg": "touching /m/inbox: rc 1: No space left"}
+
+
+def test_the_touch_command_creates_the_inbox_and_moves_its_mtime(tmp_path):
+    import os
+    import subprocess
+    inbox = str(tmp_path / "it's a dir" / "inbox.jsonl")
+    subprocess.run(["/bin/sh", "-c", _relay.inbox_touch_command(inbox)], check=True)
+    assert os.path.getsize(inbox) == 0
+    with open(inbox, "w") as handle:
+        handle.write('{"session": "s1"}\n')
+    os.utime(inbox, (1000, 1000))
+    subprocess.run(["/bin/sh", "-c", _relay.inbox_touch_command(inbox)], check=True)
+    assert os.stat(inbox).st_mtime > 1000 and os.path.getsize(inbox) == 18

@@ -137,3 +137,35 @@ def test_an_end_that_async_status_does_not_confirm_is_no_result(monkeypatch):
     res, _calls = _run(monkeypatch, args, [{"answered": True, "ended": True}],
                        status={"finished": 1, "started": 1, "changed": True})
     assert not res.get("failed") and res["changed"]
+
+
+@pytest.mark.parametrize("lease, windows, empty", [
+    (40, [4, 4, 2], True),  # a quarter of the lease (10 s) passes: an empty wave
+    (0, [4] * 9, False),  # control: no lease, the wait goes on until the records come
+])
+def test_a_wave_with_a_lease_ends_empty_after_a_quarter_of_it(monkeypatch, lease, windows,
+                                                              empty):
+    """The model role's waves touch every host between two waves (the swarm's lease): the
+    feeder's wait returns after a quarter of the lease with no record, and each of its
+    looks carries the inbox (model_watch touches it)."""
+    records = [{"path": "c"}]
+    res, calls = _run(monkeypatch, {"jid": "1", "progress_path": "/p", "interval": 4,
+                                    "until": "published", "published_path": "/j",
+                                    "published_after": 2, "published_total": 3,
+                                    "session": "s", "inbox": "/m/inbox", "lease": lease},
+                      [RUNNING] * 8 + [dict(RUNNING, answered=True, published=records,
+                                            count=3, all_published=True)])
+    assert not res.get("failed") and calls["windows"] == windows
+    assert calls["args"]["inbox"] == "/m/inbox"
+    if empty:
+        assert (res["published"], res["count"], res["all_published"]) == ([], 2, False)
+    else:
+        assert res["published"] == records and res["count"] == 3
+
+
+def test_a_lease_does_not_cut_a_wait_for_a_complete_copy(monkeypatch):
+    res, calls = _run(monkeypatch, {"jid": "1", "progress_path": "/p", "interval": 4,
+                                    "until": "complete", "session": "s", "timeout": 20,
+                                    "inbox": "/m/inbox", "lease": 8}, [RUNNING])
+    assert res["failed"] and "ran longer than 20s" in res["msg"]
+    assert calls["windows"] == [4] * 5 and calls["args"]["inbox"] == "/m/inbox"

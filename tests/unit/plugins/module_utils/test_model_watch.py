@@ -149,3 +149,22 @@ def test_a_running_job_is_no_answer_for_finished(tmp_path):
 def test_until_is_checked():
     with pytest.raises(ValueError, match="until must be one of"):
         _model_watch.watch({"until": "done"}, 1)
+
+
+@pytest.mark.parametrize("with_inbox", [True, False])
+def test_each_run_with_an_inbox_touches_it(tmp_path, with_inbox):
+    """Word from the controller for the swarm's lease: a run given the inbox creates it if
+    missing and moves its mtime, appending nothing; a run without one (the control)
+    leaves it alone."""
+    import os
+    host = Host(tmp_path)
+    host.write_progress(complete=False)
+    inbox = tmp_path / "inbox.jsonl"
+    extra = {"inbox": str(inbox)} if with_inbox else {}
+    host.watch(host.params("complete", **extra), 0.2)
+    assert inbox.exists() is with_inbox
+    if with_inbox:
+        inbox.write_text('{"session": "s1"}\n')
+        os.utime(str(inbox), (1000, 1000))
+        host.watch(host.params("complete", **extra), 0.2)
+        assert inbox.stat().st_mtime > 1000 and inbox.read_text() == '{"session": "s1"}\n'

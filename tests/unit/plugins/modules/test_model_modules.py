@@ -5,7 +5,7 @@ import shutil
 import pytest
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils.weights import _model
-from ansible_collections.gpufleet.sglang.plugins.modules import model_check, model_fetch
+from ansible_collections.gpufleet.sglang.plugins.modules import model_check, model_fetch, model_swarm
 
 pytestmark = pytest.mark.skipif(shutil.which("rsync") is None, reason="needs rsync")
 
@@ -73,3 +73,28 @@ def test_corrupt_source_is_refused_and_nothing_placed(run_module, tmp_path, sour
     staging = _model.staging_path(args["path"])
     assert os.path.exists(os.path.join(staging, "config.json"))
     assert not os.path.exists(os.path.join(staging, "model-00001-of-00001.safetensors"))
+
+
+def test_the_swarm_module_touches_the_inbox_on_keepalive_and_appends_only_records(
+        run_module, tmp_path):
+    inbox = tmp_path / "models" / "inbox.jsonl"
+    res, failed = run_module(model_swarm, {"inbox": str(inbox), "session": "s1",
+                                           "keepalive": True})
+    assert not failed and res["changed"] is False and res["added"] == 0
+    assert inbox.read_text() == ""  # created, nothing appended
+    os.utime(str(inbox), (1000, 1000))
+    res, failed = run_module(model_swarm, {"inbox": str(inbox), "session": "s1",
+                                           "keepalive": True})
+    assert inbox.stat().st_mtime > 1000 and inbox.read_text() == ""
+    res, failed = run_module(model_swarm, {"inbox": str(inbox), "session": "s1",
+                                           "keepalive": True, "add": [{"path": "a"}]})
+    assert res["changed"] and res["added"] == 1
+    assert _model_lines(inbox) == [{"session": "s1", "add": [{"path": "a"}], "stop": False}]
+    other = tmp_path / "other.jsonl"  # control: without keepalive nothing is created
+    res, failed = run_module(model_swarm, {"inbox": str(other), "session": "s1"})
+    assert not failed and res["changed"] is False and not other.exists()
+
+
+def _model_lines(path):
+    from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _files
+    return _files.read_lines(str(path))
