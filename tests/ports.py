@@ -6,6 +6,8 @@ that import path work)."""
 import random
 import socket
 
+from ansible_collections.gpufleet.sglang.plugins.module_utils.rollout._health import listening
+
 # where the kernel takes the source ports of outgoing connections, when it cannot be read
 EPHEMERAL_DEFAULT = (32768, 60999)
 LOWEST = 10000
@@ -61,17 +63,9 @@ def free_port(addresses=("127.0.0.1",), tries=200, ephemeral=None):
 
 
 def port_open(address, port, timeout=0.2):
-    """Whether something listens on ``address:port``. A connection to itself (source port
-    equal to the port polled) is not a listener."""
-    try:
-        sock = socket.create_connection((address, port), timeout=timeout)
-    except OSError:
-        return False
-    with sock:
-        try:
-            return sock.getsockname()[:2] != sock.getpeername()[:2]
-        except OSError:
-            return False
+    """Whether something listens on ``address:port``: the collection's own probe
+    (``_health.listening``), which takes no connection to itself for a listener."""
+    return listening(address, port, timeout)
 
 
 def connected_to_itself(port, address="127.0.0.1"):

@@ -153,7 +153,6 @@ journal:
 """
 
 import json
-import socket
 import time
 import traceback
 from urllib.parse import urlparse
@@ -167,6 +166,7 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils.rollout._load_phas
     journal_time,
 )
 from ansible_collections.gpufleet.sglang.plugins.module_utils.rollout._health import (
+    listening,
     parse_unit_show,
     readiness_path,
     unit_failure,
@@ -277,19 +277,7 @@ class Waiter(object):
                               last_status=self.last_status, **extra)
 
     def port_open(self, host, port):
-        """Whether the server listens. A probe of a local port inside the kernel's
-        ephemeral range, while nothing listens there, can be given that port as its own
-        source and connect to itself (TCP simultaneous open); that is no listener."""
-        try:
-            sock = socket.create_connection((host, port), timeout=min(5.0, self.params["request_timeout"]))
-        except (OSError, socket.error):
-            return False
-        try:
-            return sock.getsockname()[:2] != sock.getpeername()[:2]
-        except (OSError, socket.error):
-            return False
-        finally:
-            sock.close()
+        return listening(host, port, min(5.0, self.params["request_timeout"]))
 
     def run(self):
         params = self.params
