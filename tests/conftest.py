@@ -51,7 +51,8 @@ def pytest_configure(config):
 SCENARIO_ORDER = ("deploy", "safety", "multinode")
 _CHECKS = {"test_ansible_lint": "ansible-lint", "test_argument_specs_in_lockstep_with_defaults":
            "argument-specs", "test_changelog_fragments": "changelog",
-           "test_ansible_test_sanity": "sanity"}
+           "test_ansible_test_sanity": "sanity", "test_collection_docs_lint": "docs-lint",
+           "test_markdown_lint": "markdown-lint", "test_docs_site": "docs-site"}
 _stage_seconds = {}
 
 
@@ -114,7 +115,8 @@ LANE_1 = ("molecule-tune", "molecule-gate", "molecule-router")
 LANE_2_FIRST = ("tests/integration/test_minimal_inventory.py",)
 LANE_2 = ("molecule-deploy", "fleet-modules", "molecule-safety", "molecule-multinode",
           "molecule-model", "molecule-monitoring", "molecule-real-release",
-          "tests/integration/test_bench_deploy.py", "bad-input")
+          "tests/integration/test_bench_deploy.py", "bad-input",
+          "tests/integration/test_demo_tune.py")
 
 
 def lane_of(stage):

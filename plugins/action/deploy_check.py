@@ -68,6 +68,16 @@ class ActionModule(ActionBase):
         result = super(ActionModule, self).run(tmp, task_vars)
         result["changed"] = False
         args = self._task.args
+        if args.get("fleet"):
+            # the deploy's first task (on localhost): does the target select any host?
+            groups = task_vars.get("groups", {})
+            problem = _inputs.fleet_problem(args.get("target"), groups.get("all", []), groups,
+                                            task_vars.get("ansible_inventory_sources"))
+            if problem:
+                result.update(failed=True, msg=problem)
+            else:
+                result["msg"] = "%s selects hosts of the inventory" % (args.get("target") or "sglang_servers")
+            return result
         values = {}
         for arg, name in _ARGS.items():
             value = args.get(arg, None)
@@ -87,7 +97,7 @@ class ActionModule(ActionBase):
                 topology = self._topology(task_vars, host, nnodes, args)
             except TopologyError as exc:
                 problems.append(str(exc))
-        layout, problem = _inputs.layout(values, nnodes)
+        layout, problem, deferred = _inputs.layout_or_host(values, nnodes)
         if problem:
             problems.append(problem)
         if problems:
@@ -99,8 +109,11 @@ class ActionModule(ActionBase):
         memory = values["sglang_gpu_memory_mib"]
         gpus = {"count": None if _inputs.is_unset(count) else int(str(count)),
                 "memory_mib": None if _inputs.is_unset(memory) else int(str(memory))}
-        # without a count the GPU fit is the host's to check (server_preflight)
-        checked = gpus["count"] is not None
+        # without a count, or with one the strategy does not fit (the host says whether the
+        # count or the strategy is wrong), the GPU fit is the host's to check (server_preflight)
+        checked = gpus["count"] is not None and deferred is None
+        if deferred:
+            result["deferred"] = "%s: left to the host, which compares sglang_gpu_count with its GPUs" % deferred
         strategy = values["strategy"]
         result.update(layout=layout, layout_checked=checked, gpus=gpus, topology=topology,
                       nnodes=nnodes, strategy=strategy if isinstance(strategy, str) else layout["name"],

@@ -9,12 +9,12 @@ peers as the seed publishes them, in one task while the hosts run (``weights/_re
   controller, until every record is out; a failed or ended transfer is written there too,
   so that the peers stop with its message;
 - for a peer: read the relay file's new lines and hand their records to the host's inbox
-  (``model_swarm.append``: a shell command through the connection's pipelining), until
+  (``append``: a shell command through the connection's pipelining), until
   every record is handed out;
 - for any other host (a holder, or a seed that is not the feeder): read the relay file
   the same way, handing nothing, until every record is out;
 - with a ``lease``, a host that was handed nothing for a quarter of it has its inbox
-  touched (``model_swarm.touch``), and each of the feeder's model_watch runs touches its
+  touched (``touch``), and each of the feeder's model_watch runs touches its
   own: the swarm on a host whose controller is gone ends on its own (``_lease``), and one
   whose controller lives hears from it while the relay runs;
 - with ``remove``: the session's relay directory on the controller goes (after the swarm).
@@ -24,30 +24,32 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
-from ansible_collections.gpufleet.sglang.plugins.action import model_swarm, model_wait
 from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _waiter
 from ansible_collections.gpufleet.sglang.plugins.module_utils.weights import _lease, _relay
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils.model import HostWatch, append, touch
 
 display = Display()
 
 POLL_S = 0.1  # how often a peer's instance reads the relay file
 
 
-class ActionModule(model_wait.ActionModule):
-    """One instance per host of the site; the feeder's and the peers' run at once."""
+class ActionModule(HostWatch, ActionBase):
+    """One instance per host of the site; the feeder's and the peers' run at once (the
+    feeder's watch and the peers' inbox: ``plugin_utils/model.py``)."""
 
     TRANSFERS_FILES = False
 
     def _swarm_add(self, inbox, session, records, task_vars):
-        return model_swarm.append(self, inbox, session, records, task_vars=task_vars)
+        return append(self, inbox, session, records, task_vars=task_vars)
 
     def _swarm_touch(self, inbox, session, task_vars):
-        return model_swarm.touch(self, inbox, session, task_vars=task_vars)
+        return touch(self, inbox, session, task_vars=task_vars)
 
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}
-        result = super(model_wait.ActionModule, self).run(tmp, task_vars)
+        result = super(ActionModule, self).run(tmp, task_vars)
         args = self._task.args
         if args.get("remove"):
             try:

@@ -13,62 +13,20 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import os
-import time
-
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _waiter
 from ansible_collections.gpufleet.sglang.plugins.module_utils.weights import _lease
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils.model import HostWatch, finished
 
 display = Display()
 
 
-def finished(status):
-    """The model wait's readiness predicate: async_status says the job ended (or failed
-    before it could say so)."""
-    return bool(status.get("finished") or status.get("failed") and "finished" not in status)
-
-
-class ActionModule(ActionBase):
+class ActionModule(HostWatch, ActionBase):
     """Watch the transfer on the host, one interval at a time, until the job ends or what
-    ``until`` waits for is there."""
+    ``until`` waits for is there (the watch itself: ``plugin_utils/model.py``)."""
 
     TRANSFERS_FILES = False
-
-    _async_dir = None
-    # the clock and the sleep of the loop, replaced by the unit tests
-    _clock = staticmethod(time.monotonic)
-    _sleep = staticmethod(time.sleep)
-
-    def _job_dir(self):
-        # what the async_status action adds before it calls its module (the home directory
-        # is asked of the host once, not at every look)
-        if self._async_dir is None:
-            self._async_dir = self._remote_expand_user(
-                self.get_shell_option("async_dir", default="~/.ansible_async"))
-        return self._async_dir
-
-    def _status(self, jid, task_vars):
-        return self._execute_module(module_name="ansible.builtin.async_status",
-                                    module_args={"jid": jid, "_async_dir": self._job_dir()},
-                                    task_vars=task_vars)
-
-    def _watch(self, module_args, task_vars):
-        return self._execute_module(module_name="gpufleet.sglang.model_watch",
-                                    module_args=module_args, task_vars=task_vars)
-
-    def _watch_args(self, args, until, batch=1.0):
-        """model_watch's arguments for the job ``args["jid"]`` (the window and, for the
-        relay's feeder, ``published_after`` are set at each look)."""
-        return {"job_path": os.path.join(self._job_dir(), str(args.get("jid"))), "until": until,
-                "progress_path": args.get("progress_path"),
-                "session": args.get("session"),
-                "inbox": args.get("inbox"),
-                "published_path": args.get("published_path"),
-                "published_after": int(args.get("published_after", 0)),
-                "published_total": int(args.get("published_total", 0)),
-                "published_batch": float(args.get("published_batch", batch))}
 
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}

@@ -7,7 +7,9 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.gpufleet.sglang.plugins.module_utils.tune import journal as _journal
 from ansible_collections.gpufleet.sglang.plugins.module_utils.tune import plan as _plan
+from ansible_collections.gpufleet.sglang.plugins.module_utils.tune import request as _request
 from ansible_collections.gpufleet.sglang.plugins.module_utils.tune import space as _space
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils.controller import ControllerAction
 
@@ -16,7 +18,13 @@ class ActionModule(ControllerAction):
     """Expand the search space, build the gate's requests, or plan the next round of trials."""
 
     ARGUMENT_SPEC = dict(
-        mode=dict(type="str", choices=["expand", "gate", "next"], required=True),
+        mode=dict(type="str", choices=["check", "expand", "values", "gate", "next", "outcome"],
+                  required=True),
+        request=dict(type="dict"),
+        inventory_hosts=dict(type="list", elements="str", default=[]),
+        groups=dict(type="dict", default={}),
+        probes=dict(type="list", elements="dict"),
+        plan=dict(type="dict"),
         space=dict(type="dict"),
         release=dict(type="str"),
         flags=dict(type="dict"),
@@ -36,6 +44,26 @@ class ActionModule(ControllerAction):
 
     def act(self, result, args):
         result["changed"] = False
+        if args["mode"] == "check":
+            try:
+                result.update(_request.check(args["request"], args["inventory_hosts"], args["groups"]))
+            except _request.RequestError as exc:
+                result.update(failed=True, problems=exc.problems, msg=str(exc))
+            return result
+        if args["mode"] == "values":
+            problems = _request.argparse_problems(args["probes"], args["release"])
+            if problems:
+                result.update(failed=True, problems=problems, msg=(
+                    "the release's argparse refuses %s of tune_space, before any candidate is "
+                    "gated or loaded:\n- %s" % ("a value" if len(problems) == 1 else "values",
+                                                "\n- ".join(problems))))
+            return result
+        if args["mode"] == "outcome":
+            msg = _request.nothing_measured(args["plan"], _journal.read(args["journal"]))
+            result["msg"] = msg or "some candidate was measured"
+            if msg:
+                result["failed"] = True
+            return result
         if args["mode"] == "expand":
             try:
                 space = _space.expand(args["space"], args["flags"], args["release"])
@@ -45,7 +73,8 @@ class ActionModule(ControllerAction):
                               % (args["release"] or "(unknown release)", "\n- ".join(exc.problems)))
                 return result
             result.update(candidates=space["candidates"], knobs=space["knobs"],
-                          strategies=space["strategies"], space_size=len(space["candidates"]))
+                          strategies=space["strategies"], space_size=len(space["candidates"]),
+                          probes=_request.value_probes(args["space"]))
             return result
         if args["mode"] == "gate":
             result["requests"] = _plan.gate_requests(args["candidates"] or [], args["checks"],
@@ -63,4 +92,7 @@ class ActionModule(ControllerAction):
             result.update(failed=True, msg=str(exc))
             return result
         result.update(out)
+        refused_all = _request.nothing_admissible(out.get("candidates"), args["release"])
+        if refused_all:
+            result.update(failed=True, msg=refused_all)
         return result

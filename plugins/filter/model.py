@@ -9,7 +9,7 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils.weights._model import ModelError, model_path
+from ansible_collections.gpufleet.sglang.plugins.module_utils.common._weights import ModelError, model_path
 
 #: The revision and the root a model directory is derived with when none is given (the
 #: model role's defaults of model_revision and model_root).

@@ -117,6 +117,18 @@ options:
         refuse every routed request.
     type: str
     default: ""
+  fleet:
+    description:
+      - Check only that O(target) selects at least one host of the inventory (the deploy's
+        first task, on localhost); every other option is ignored. An inventory whose server
+        group C(sglang_servers) is empty is refused ("nothing to deploy", naming the group
+        and the inventory) instead of skipping every play with rc 0.
+    type: bool
+    default: false
+  target:
+    description: With O(fleet), the deploy's C(target) host pattern; empty means C(sglang_servers).
+    type: str
+    default: ""
 attributes:
   action:
     description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
@@ -151,9 +163,18 @@ layout:
   type: dict
   sample: {name: ep8, tp: 8, pp: 1, ep: 8, dp: 1, nnodes: 1, gpus: 8}
 layout_checked:
-  description: Whether RV(layout) was checked against a GPU count here (O(gpu_count) set).
+  description:
+    - Whether RV(layout) was checked against a GPU count here (O(gpu_count) set and the
+      strategy fits it).
+    - "A strategy that does not fit a set O(gpu_count) is left to the host (RV(deferred)):
+      the host compares the count with its GPUs first (C(sglang_gpu_count is 16, but gpu-1
+      has 8 GPUs (...))), then fits the strategy to them."
   returned: success
   type: bool
+deferred:
+  description: Why the GPU fit was left to the host although O(gpu_count) is set.
+  returned: when the strategy does not fit O(gpu_count)
+  type: str
 gpus:
   description: C(count) and C(memory_mib) as given (V(null) when the host's GPUs decide).
   returned: success

@@ -74,16 +74,17 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _weights
 from ansible_collections.gpufleet.sglang.plugins.module_utils.weights import _model, _model_args
 
 
 def deep_check(module, path, commit, workers):
-    quick = _model.quick_check(path, commit)
-    manifest = _model.read_json(os.path.join(path, _model.MANIFEST))
-    marker = _model.read_json(os.path.join(path, _model.MARKER))
+    quick = _weights.quick_check(path, commit)
+    manifest = _model.read_json(os.path.join(path, _weights.MANIFEST))
+    marker = _weights.read_marker(path)
     if manifest is None or marker is None or marker.get("commit") != commit:
         return quick, 0, []
-    good, bad, hashed = _model.verify_files(path, manifest["files"], workers)
+    good, bad, hashed = _weights.verify_files(path, manifest["files"], workers)
     removed = []
     if bad and not module.check_mode:
         for rel in bad:
@@ -93,8 +94,8 @@ def deep_check(module, path, commit, workers):
                 removed.append(rel)
         notes = dict((rel, (marker.get("files", {}).get(rel) or {}).get("against"))
                      for rel in good)
-        _model.write_marker(path, marker.get("repo_id"), commit, good,
-                            dict((k, v) for k, v in notes.items() if v))
+        _weights.write_marker(path, marker.get("repo_id"), commit, good,
+                              dict((k, v) for k, v in notes.items() if v))
     problems = ["%s: %s" % (rel, why) for rel, why in sorted(bad.items())]
     return {"verified": not bad, "problems": problems}, hashed, removed
 
@@ -114,7 +115,7 @@ def main():
         state, hashed, removed = deep_check(module, params["path"], params["commit"],
                                             params["workers"])
     else:
-        state, hashed, removed = _model.quick_check(params["path"], params["commit"]), 0, []
+        state, hashed, removed = _weights.quick_check(params["path"], params["commit"]), 0, []
     module.exit_json(changed=bool(removed), verified=state["verified"],
                      problems=state["problems"], bytes_hashed=hashed, removed=removed)
 

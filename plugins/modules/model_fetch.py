@@ -207,12 +207,45 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _command, _files
+from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _command, _weights
 from ansible_collections.gpufleet.sglang.plugins.module_utils.weights import _model
 from ansible_collections.gpufleet.sglang.plugins.module_utils.weights import _model_args, _model_hub
 from ansible_collections.gpufleet.sglang.plugins.module_utils.weights import _swarm, _swarm_step
 
 RSYNC_RECEIVED = re.compile(r"Total bytes received:\s*([\d,]+)")
+
+
+class End(object):
+    """How a run's source ended, for :func:`settle`: the files verified (``good``: path ->
+    (size, mtime_ns)) and what each was verified against, the piece records to keep beside
+    the weights, whether the copy is whole (it is placed), whether the verified marker is
+    written, and the failure's message, if any."""
+
+    def __init__(self, good, against=None, records=None, whole=False, marker=True,
+                 failure=None):
+        self.good = good
+        self.against = against or {}
+        self.records = records
+        self.whole = whole
+        self.marker = marker
+        self.failure = failure
+
+
+class Copying(object):
+    """The progress file of a copy from the Hub or by rsync (the swarm writes its own): every
+    second while the copy runs, then its last figures."""
+
+    def __init__(self, p, staging, manifest, result):
+        self.result = result
+        self.progress = None
+        if p["progress_path"] and not p["swarm"]:
+            self.progress = _model_hub.Progress(staging, manifest, p["progress_path"],
+                                                _model.write_json, _model.progress_line).start()
+
+    def finish(self, base):
+        if self.progress:
+            self.progress.finish({"transferred": len(self.result["transferred"])}, base)
+            self.progress = None
 
 
 def prepare_staging(path):
@@ -224,24 +257,6 @@ def prepare_staging(path):
         shutil.rmtree(path)
     os.makedirs(staging, exist_ok=True)
     return staging
-
-
-def trusted(staging, commit, manifest):
-    """Files of ``staging`` that were hashed before (marker of the same commit, same size and
-    mtime): not hashed again."""
-    marker = _model.read_json(os.path.join(staging, _model.MARKER)) or {}
-    if marker.get("commit") != commit:
-        return {}
-    good = {}
-    for item in manifest:
-        rec = (marker.get("files") or {}).get(item["path"])
-        try:
-            st = os.stat(os.path.join(staging, item["path"]))
-        except OSError:
-            continue
-        if rec and st.st_size == rec["size"] == item["size"] and st.st_mtime_ns == rec["mtime_ns"]:
-            good[item["path"]] = (st.st_size, st.st_mtime_ns)
-    return good
 
 
 def missing_files(staging, manifest, source):
@@ -274,51 +289,172 @@ def rsync(module, src, staging, paths, timeout):
     return int(match.group(1).replace(",", "")) if match else 0
 
 
-def finish(module, p, staging, manifest, good, against, result, records, started):
-    """Manifest, piece records, marker; then the one rename into place."""
-    _model.write_json(os.path.join(staging, _model.MANIFEST),
-                      {"repo_id": p["repo_id"], "commit": p["commit"], "files": manifest})
-    _files.write_json(os.path.join(staging, _model.PIECES), records)
-    _model.write_marker(staging, p["repo_id"], p["commit"], good, against)
-    shutil.rmtree(os.path.join(staging, ".cache"), ignore_errors=True)
-    _model.place(staging, p["path"])
-    result["elapsed"] = time.time() - started
-    result["io"] = _swarm.process_io()
-    result["cpu_s"] = _swarm.process_cpu()
-    _model.write_json(_model.last_fetch_path(p["path"]),
-                      dict(result, source=p["source"], peer=p["peer"], commit=p["commit"],
-                           finished_at=time.time()))
+# --- before any byte moves -----------------------------------------------------------------
+
+def checked_manifest(module, p, result):
+    if p["source"] == "peer" and not p["peer"] and not p["swarm"]:
+        module.fail_json(msg="source is peer: peer (an rsync URL) or swarm is required", **result)
+    manifest = None
+    try:
+        manifest = _model.check_manifest(p["manifest"], p["repo_id"], p["commit"])
+    except _weights.ModelError as error:
+        module.fail_json(msg=str(error), **result)
+    return manifest
 
 
-def run_swarm(module, p, staging, manifest, good, missing, result, started):
+def ready(module, p, manifest, result, started):
+    """(base, good, missing) of a run with something to do: a holder serves its verified
+    directory; any other host assembles the staging directory. A run with nothing to do
+    ends here: a verified directory, a space check refused or only asked for, check mode."""
+    if p["swarm"] and p["swarm"].get("role") == "holder":
+        if not _weights.quick_check(p["path"], p["commit"])["verified"]:
+            module.fail_json(msg="%s: a holder must be verified for %s" % (p["path"], p["commit"]),
+                             **result)
+        return p["path"], _weights.marked(p["path"]), []
+    if _weights.quick_check(p["path"], p["commit"])["verified"]:
+        result["elapsed"] = time.time() - started
+        module.exit_json(**result)
+    staging = _model.staging_path(p["path"])
+    base = staging if os.path.isdir(staging) else p["path"]
+    partials = _model_hub.partial_sizes(base, manifest) if os.path.isdir(base) else {}
+    present = _model.present_bytes(base, manifest, partials) if os.path.isdir(base) else 0
+    try:
+        result["needed_bytes"], result["free_bytes"] = _model.space_check(
+            os.path.dirname(p["path"].rstrip("/")), manifest, present, p["free_bytes"])
+    except _weights.ModelError as error:
+        result.update(needed_bytes=getattr(error, "needed", 0), free_bytes=getattr(error, "free", 0))
+        module.fail_json(msg="%s: %s" % (p["path"], error), **result)
+    if p["space_only"] or module.check_mode:
+        result["engine"] = _swarm.engine_version() or ""
+        result["elapsed"] = time.time() - started
+        module.exit_json(**result)
+    result["changed"] = True
+    staging = prepare_staging(p["path"])
+    good = _weights.trusted(staging, p["commit"], manifest)
+    result["removed"] = _model.clean_orphans(staging, manifest)
+    missing = missing_files(staging, manifest, "hub" if p["source"] == "hub" else "peer")
+    # the swarm's peers list what they received as it comes
+    result["transferred"] = [item["path"] for item in missing] \
+        if p["source"] == "hub" or not p["swarm"] else []
+    return staging, good, missing
+
+
+# --- the sources ---------------------------------------------------------------------------
+
+def fetch(module, p, staging, manifest, good, missing, result, copying):
+    """Every source behind one call: the swarm (with ``swarm``), else the Hub (each file
+    hashed while written), a peer's rsync daemon or a local path; then each file not verified
+    yet is read back and hashed. Returns the :class:`End` for :func:`settle`."""
+    if p["swarm"]:
+        return from_swarm(module, p, staging, manifest, good, missing, result)
+    against, records = {}, _weights.load_pieces(staging)
+    if missing and p["source"] == "hub":
+        from_hub(p, staging, good, missing, result, against, records)
+    elif missing:
+        src = p["peer"] if p["source"] == "peer" else p["source_path"].rstrip("/") + "/"
+        result["bytes_transferred"] = rsync(module, src, staging,
+                                            [item["path"] for item in missing], p["timeout"])
+    todo = [item for item in manifest if item["path"] not in good]
+    new_good, bad, hashed_now = _weights.verify_files(staging, todo, p["workers"])
+    result["bytes_hashed"] += hashed_now
+    result["bytes_read_to_hash"] += hashed_now
+    good.update(new_good)
+    if bad:
+        for rel in bad:
+            if os.path.exists(os.path.join(staging, rel)):
+                os.unlink(os.path.join(staging, rel))
+        return End(good, against, failure=(
+            "%d file(s) from %s did not match the manifest of %s at %s and were "
+            "removed (the next run fetches them again): %s"
+            % (len(bad), p["peer"] or p["source_path"] or p["endpoint"], p["repo_id"],
+               p["commit"], "; ".join("%s: %s" % kv for kv in sorted(bad.items())))))
+    for item in todo:
+        if item["path"] in new_good:
+            against[item["path"]] = _weights.read_back(item)
+    # a rsync copy has no piece records (the next swarm from this host makes them)
+    records = dict((k, v) for k, v in records.items() if k in good and k not in new_good)
+    copying.finish(staging)
+    return End(good, against, records, whole=True)
+
+
+def from_hub(p, staging, good, missing, result, against, records):
+    """The missing files from the Hub, each hashed while written: its piece record made
+    from the same bytes."""
+    resumed, cleaned, hashed, gets = _model_hub.download_hashing(
+        staging, p["repo_id"], p["commit"], missing, p["endpoint"], p["token"],
+        p["xet"], p["workers"])
+    result["resumed_from"] = resumed
+    result["hub_gets"] = sum(gets.values())
+    result["removed"].extend(cleaned)
+    result["bytes_transferred"] = sum(item["size"] - resumed.get(item["path"], 0)
+                                      for item in missing)
+    result["bytes_read_to_hash"] += sum(resumed.values())
+    for item in missing:
+        digest, plen, pieces = hashed[item["path"]]
+        st = os.stat(os.path.join(staging, item["path"]))
+        good[item["path"]] = (st.st_size, st.st_mtime_ns)
+        records[item["path"]] = _weights.record(item, digest, plen, pieces, "hub")
+        against[item["path"]] = _weights.against(records[item["path"]], "hub")
+        result["bytes_hashed"] += item["size"]
+
+
+def from_swarm(module, p, staging, manifest, good, missing, result):
+    """This host's part in the site's swarm (``_swarm_step``), until the stop or its lease."""
     lt = _swarm.import_engine()
     if lt is None:
-        module.fail_json(msg="swarm: libtorrent is not importable by %s (install "
-                             "python3-libtorrent, or set model_engine: rsync)" % sys.executable,
-                         **result)
+        return End({}, marker=False, failure="swarm: libtorrent is not importable by %s (install "
+                                             "python3-libtorrent, or set model_engine: rsync)"
+                                             % sys.executable)
     result["engine"] = "libtorrent " + str(lt.__version__)
     step = _swarm_step.Step(p, staging, manifest, good, p["progress_path"], result, lt)
     try:
         complete = step.run(missing)
-    except (_model.ModelError, _swarm.SwarmError) as error:
-        _model.write_marker(staging, p["repo_id"], p["commit"], step.good, step.against)
-        module.fail_json(msg="%s: %s" % (p["path"], error), **result)
+    except (_weights.ModelError, _weights.SwarmError) as error:
+        return End(step.good, step.against, failure="%s: %s" % (p["path"], error))
     if p["swarm"]["role"] == "holder":
-        if step.records:
-            _files.write_json(os.path.join(staging, _model.PIECES), step.records)
-        result["elapsed"] = time.time() - started
-        result["io"] = _swarm.process_io()
-        result["cpu_s"] = _swarm.process_cpu()
-        module.exit_json(**result)
+        return End(step.good, step.against, step.records, marker=False)
     if not complete:
-        _model.write_marker(staging, p["repo_id"], p["commit"], step.good, step.against)
         lacking = [e["path"] for e in manifest if e["path"] not in step.good]
-        module.fail_json(msg="%s: the swarm stopped before this host held every file (%d "
-                             "missing: %s); what it verified is kept for the next run"
-                             % (p["path"], len(lacking), ", ".join(lacking[:5])), **result)
-    finish(module, p, staging, manifest, step.good, step.against, result, step.records,
-           started)
-    module.exit_json(**result)
+        return End(step.good, step.against, failure=(
+            "%s: the swarm stopped before this host held every file (%d missing: %s); what it "
+            "verified is kept for the next run" % (p["path"], len(lacking), ", ".join(lacking[:5]))))
+    return End(step.good, step.against, step.records, whole=True)
+
+
+# --- the end ---------------------------------------------------------------------------------
+
+def settle(module, p, staging, manifest, end, result, started):
+    """The end of every run that fetched: the one place the verified marker is written. A
+    whole copy: the manifest, the piece records and the marker, then the one rename into
+    place; a failed one: the marker of what was verified (the next run neither fetches nor
+    hashes those again), then the failure; a holder: its piece records only."""
+    if end.whole:
+        _model.write_json(os.path.join(staging, _weights.MANIFEST),
+                          {"repo_id": p["repo_id"], "commit": p["commit"], "files": manifest})
+    if end.whole or end.records:
+        _weights.save_pieces(staging, end.records)
+    if end.marker:
+        _weights.write_marker(staging, p["repo_id"], p["commit"], end.good, end.against)
+    if end.whole:
+        shutil.rmtree(os.path.join(staging, ".cache"), ignore_errors=True)
+        _model.place(staging, p["path"])
+    if end.failure:
+        module.fail_json(msg=end.failure, **result)
+    result["elapsed"] = time.time() - started
+    result["io"] = _swarm.process_io()
+    result["cpu_s"] = _swarm.process_cpu()
+    if end.whole:
+        _model.write_json(_model.last_fetch_path(p["path"]),
+                          dict(result, source=p["source"], peer=p["peer"], commit=p["commit"],
+                               finished_at=time.time()))
+
+
+def failed(module, p, staging, result, error):
+    """A copy's error with its message (a download error of any kind with the traceback)."""
+    if isinstance(error, _weights.ModelError):
+        module.fail_json(msg=str(error), **result)
+    module.fail_json(msg="fetching %s into %s failed: %s" % (p["repo_id"], staging, error),
+                     exception=traceback.format_exc(), **result)
 
 
 def main():
@@ -343,109 +479,18 @@ def main():
     result = dict(changed=False, needed_bytes=0, free_bytes=0, bytes_transferred=0, bytes_redundant=0,
                   resumed_from={}, hub_gets=0, bytes_hashed=0, bytes_read_to_hash=0, bytes_served=0,
                   transferred=[], removed=[], elapsed=0.0, engine="")
-    if p["source"] == "peer" and not p["peer"] and not p["swarm"]:
-        module.fail_json(msg="source is peer: peer (an rsync URL) or swarm is required", **result)
+    manifest = checked_manifest(module, p, result)
+    staging, good, missing = ready(module, p, manifest, result, started)
+    copying = Copying(p, staging, manifest, result)
     try:
-        manifest = _model.check_manifest(p["manifest"], p["repo_id"], p["commit"])
-    except _model.ModelError as error:
-        module.fail_json(msg=str(error), **result)
-    swarm = p["swarm"]
-    if swarm and swarm.get("role") == "holder":
-        if not _model.quick_check(p["path"], p["commit"])["verified"]:
-            module.fail_json(msg="%s: a holder must be verified for %s" % (p["path"], p["commit"]),
-                             **result)
-        marker = _model.read_json(os.path.join(p["path"], _model.MARKER)) or {}
-        good = dict((k, (v["size"], v["mtime_ns"])) for k, v in marker.get("files", {}).items())
-        run_swarm(module, p, p["path"], manifest, good, [], result, started)
-    if _model.quick_check(p["path"], p["commit"])["verified"]:
-        result["elapsed"] = time.time() - started
-        module.exit_json(**result)
-
-    staging = _model.staging_path(p["path"])
-    base = staging if os.path.isdir(staging) else p["path"]
-    partials = _model_hub.partial_sizes(base, manifest) if os.path.isdir(base) else {}
-    present = _model.present_bytes(base, manifest, partials) if os.path.isdir(base) else 0
-    try:
-        result["needed_bytes"], result["free_bytes"] = _model.space_check(
-            os.path.dirname(p["path"].rstrip("/")), manifest, present, p["free_bytes"])
-    except _model.ModelError as error:
-        result.update(needed_bytes=getattr(error, "needed", 0), free_bytes=getattr(error, "free", 0))
-        module.fail_json(msg="%s: %s" % (p["path"], error), **result)
-    if p["space_only"] or module.check_mode:
-        result["engine"] = _swarm.engine_version() or ""
-        result["elapsed"] = time.time() - started
-        module.exit_json(**result)
-
-    result["changed"] = True
-    staging = prepare_staging(p["path"])
-    good = trusted(staging, p["commit"], manifest)
-    result["removed"] = _model.clean_orphans(staging, manifest)
-    missing = missing_files(staging, manifest, "hub" if p["source"] == "hub" else "peer")
-    result["transferred"] = [item["path"] for item in missing] if p["source"] == "hub" else []
-    if swarm:
-        run_swarm(module, p, staging, manifest, good, missing, result, started)
-    result["transferred"] = [item["path"] for item in missing]
-    progress = None
-    if p["progress_path"]:
-        progress = _model_hub.Progress(staging, manifest, p["progress_path"], _model.write_json,
-                                       _model.progress_line).start()
-    records = _files.read_json(os.path.join(staging, _model.PIECES), {}) or {}
-    against = {}
-    try:
-        if missing and p["source"] == "hub":
-            resumed, cleaned, hashed, gets = _model_hub.download_hashing(
-                staging, p["repo_id"], p["commit"], missing, p["endpoint"], p["token"],
-                p["xet"], p["workers"])
-            result["resumed_from"] = resumed
-            result["hub_gets"] = sum(gets.values())
-            result["removed"].extend(cleaned)
-            result["bytes_transferred"] = sum(item["size"] - resumed.get(item["path"], 0)
-                                              for item in missing)
-            result["bytes_read_to_hash"] += sum(resumed.values())
-            for item in missing:
-                digest, plen, pieces = hashed[item["path"]]
-                st = os.stat(os.path.join(staging, item["path"]))
-                good[item["path"]] = (st.st_size, st.st_mtime_ns)
-                records[item["path"]] = _swarm.record(item, digest, plen, pieces, "hub")
-                against[item["path"]] = _swarm.against(records[item["path"]], "hub")
-                result["bytes_hashed"] += item["size"]
-        elif missing:
-            src = p["peer"] if p["source"] == "peer" else p["source_path"].rstrip("/") + "/"
-            result["bytes_transferred"] = rsync(module, src, staging,
-                                                [item["path"] for item in missing], p["timeout"])
-        todo = [item for item in manifest if item["path"] not in good]
-        new_good, bad, hashed_now = _model.verify_files(staging, todo, p["workers"])
-        result["bytes_hashed"] += hashed_now
-        result["bytes_read_to_hash"] += hashed_now
-        good.update(new_good)
-        if bad:
-            for rel in bad:
-                if os.path.exists(os.path.join(staging, rel)):
-                    os.unlink(os.path.join(staging, rel))
-            _model.write_marker(staging, p["repo_id"], p["commit"], good, against)
-            module.fail_json(
-                msg="%d file(s) from %s did not match the manifest of %s at %s and were "
-                    "removed (the next run fetches them again): %s"
-                    % (len(bad), p["peer"] or p["source_path"] or p["endpoint"], p["repo_id"],
-                       p["commit"], "; ".join("%s: %s" % kv for kv in sorted(bad.items()))),
-                **result)
-        for path in new_good:
-            entry = next(e for e in manifest if e["path"] == path)
-            against[path] = "%s:%s (read back and hashed)" % (entry["algo"], entry["digest"])
-        # a rsync copy has no piece records (the next swarm from this host makes them)
-        records = dict((k, v) for k, v in records.items() if k in good and k not in new_good)
-        if progress:
-            progress.finish({"transferred": len(result["transferred"])}, staging)
-            progress = None
-        finish(module, p, staging, manifest, good, against, result, records, started)
-    except _model.ModelError as error:
-        module.fail_json(msg=str(error), **result)
-    except Exception as error:  # a download error of any kind: report it with the traceback
-        module.fail_json(msg="fetching %s into %s failed: %s" % (p["repo_id"], staging, error),
-                         exception=traceback.format_exc(), **result)
+        settle(module, p, staging, manifest,
+               fetch(module, p, staging, manifest, good, missing, result, copying), result, started)
+    except Exception as error:  # a copy's error is reported here; the swarm's ends its run
+        if p["swarm"]:
+            raise
+        failed(module, p, staging, result, error)
     finally:
-        if progress:
-            progress.finish({"transferred": len(result["transferred"])}, p["path"])
+        copying.finish(p["path"])
     module.exit_json(**result)
 
 

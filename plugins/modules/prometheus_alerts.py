@@ -37,7 +37,7 @@ options:
     type: float
     default: 10
 seealso:
-  - ref: ansible_collections.gpufleet.sglang.monitoring_role
+  - ref: gpufleet.sglang.monitoring <ansible_collections.gpufleet.sglang.monitoring_role>
     description: The role gpufleet.sglang.monitoring that writes the rules these alerts come from.
 """
 

@@ -118,7 +118,7 @@ notes:
   - Packages removed from O(packages) are not uninstalled; use a new release directory or remove the venv.
   - At least one of O(packages) and O(wheels) must name something to install.
 seealso:
-  - ref: ansible_collections.gpufleet.sglang.venv_role
+  - ref: gpufleet.sglang.venv <ansible_collections.gpufleet.sglang.venv_role>
     description: The role gpufleet.sglang.venv, which copies the wheels to the host and calls this module.
   - module: ansible.builtin.pip
 """

@@ -28,7 +28,7 @@ extends_documentation_fragment:
 seealso:
   - module: gpufleet.sglang.router_worker
     description: Take servers out of the router and put them back.
-  - ref: ansible_collections.gpufleet.sglang.router_role
+  - ref: gpufleet.sglang.router <ansible_collections.gpufleet.sglang.router_role>
     description: The role gpufleet.sglang.router that calls this module.
 options:
   package:

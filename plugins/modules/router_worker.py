@@ -55,7 +55,7 @@ seealso:
     description: Its check-mode result tells whether a host will restart (and so needs draining).
   - module: gpufleet.sglang.server_health
     description: Wait until the switched server is ready before it is put back.
-  - ref: ansible_collections.gpufleet.sglang.router_role
+  - ref: gpufleet.sglang.router <ansible_collections.gpufleet.sglang.router_role>
     description: The role gpufleet.sglang.router that installs and runs the router.
 options:
   router_url:

@@ -15,6 +15,18 @@ author: gpufleet developers (@gpufleet)
 description:
   - Runs on the controller only (an action plugin); it never connects to a host and writes
     nothing. All the logic is in C(plugins/module_utils/tune/) (see C(docs/tune.md)).
+  - "O(mode=check): the first task of C(playbooks/tune.yml), on localhost, before anything
+    is read or loaded: every input in O(request) at once (C(tune_space)'s shape and its
+    strategies' grammar, C(tune_load) over its defaults, C(tune_slo), C(keep), C(tune_budget),
+    C(tune_method), and C(tune_hosts): every term of the host pattern a host or group of
+    O(inventory_hosts)/O(groups), selecting at least one host), one problem per line, each
+    naming the variable and its value. Returns RV(load), RV(hosts), RV(keep), RV(budget),
+    RV(method), RV(slo)."
+  - "O(mode=values): the results of C(<python> -m sglang.launch_server <argv> --help) for each
+    of RV(probes) (O(probes)): fails naming the knob, the value the release's argparse refuses
+    and O(release), before any candidate is gated or loaded."
+  - "O(mode=outcome): fails, naming why, when no candidate of O(plan) has a successful trial
+    in O(journal) (every trial failed: each with its reason; or none ran)."
   - "O(mode=expand): checks the search space O(space) all at once (every knob a flag of the
     installed release's C(--help) in O(flags), every value of the right kind for it, every
     strategy in the collection's grammar) and returns RV(candidates), the product of
@@ -38,10 +50,37 @@ extends_documentation_fragment:
   - gpufleet.sglang._attributes.info_module
 options:
   mode:
-    description: V(expand) (the space to candidates), V(gate) (the gate's requests) or V(next) (verdicts and the next round).
+    description:
+      - V(check) (the tune's inputs), V(expand) (the space to candidates), V(values) (the knob
+        values against the release's argparse), V(gate) (the gate's requests), V(next)
+        (verdicts and the next round; fails when every candidate is refused) or V(outcome)
+        (fails when nothing was measured).
     type: str
-    choices: [expand, gate, next]
+    choices: [check, expand, values, gate, next, outcome]
     required: true
+  request:
+    description:
+      - "O(mode=check): C(tune_space), C(tune_load), C(tune_slo), C(keep), C(tune_budget),
+        C(tune_method), C(tune_hosts) as given (V(null) when unset)."
+    type: dict
+  inventory_hosts:
+    description: O(mode=check) - every host of the inventory (C(groups['all'])).
+    type: list
+    elements: str
+    default: []
+  groups:
+    description: O(mode=check) - the inventory's groups (C(groups)).
+    type: dict
+    default: {}
+  probes:
+    description:
+      - "O(mode=values): the C(results) of a registered loop of C(ansible.builtin.command) over
+        RV(probes) (each with its probe as C(item), run with C(failed_when: false))."
+    type: list
+    elements: dict
+  plan:
+    description: O(mode=outcome) - the last O(mode=next) result.
+    type: dict
   space:
     description:
       - "The search space C(tune_space): C(strategies) (list of strategy names, at least
@@ -119,8 +158,10 @@ options:
         V(coordinate).
       - V(exhaustive) measures every admissible candidate (within O(budget) when it is set;
         what does not fit is listed in RV(left_out)).
-      - V(coordinate) - strategies first, then coordinate descent over the knobs around the
-        best - see C(docs/tune.md).
+      - V(coordinate) - each strategy's seed (its base knobs) first, then a bounded climb
+        around the best one or two strategies only (one knob moved one step in its list of
+        values; a move needs a gain beyond the noise); the other strategies are dropped
+        with the reason - see C(docs/tune.md).
     type: str
     choices: [auto, exhaustive, coordinate]
     default: auto
@@ -287,6 +328,27 @@ best:
   description: The best measured candidate so far (C(id), C(goodput)), V(null) when none qualifies.
   returned: mode=next
   type: dict
+budget:
+  description: O(mode=check) and O(mode=next) - C(tune_budget) in trials, as a number (V(0) for no limit).
+  returned: mode=check or mode=next
+  type: int
+tie:
+  description:
+    - "O(mode=next) - the tie at the top, V(null) when none: C(winner) (among the candidates
+      within the fastest one's noise, the one with the fewest knobs off their base),
+      C(among) (the tied ids), C(best) (the fastest) and the noise."
+  returned: mode=next
+  type: raw
+kept:
+  description: O(mode=next) - the strategies the climb goes on with (V(coordinate)), best first.
+  returned: mode=next
+  type: list
+  elements: str
+dropped:
+  description: O(mode=next) - the strategies measured at their seed only, each C(strategy) and C(reason).
+  returned: mode=next
+  type: list
+  elements: dict
 rounds_left:
   description:
     - Upper bound of the rounds still to come, this one included (for a playbook's loop
@@ -295,6 +357,29 @@ rounds_left:
       one's results), so the loop has spare iterations.
   returned: mode=next
   type: int
+probes:
+  description:
+    - "O(mode=expand): one argv per knob (every value of it, the flag repeated) and one for the
+      fixed flags, each C(where), C(flag), C(values), C(argv): the release's argparse converts
+      every occurrence, so C(launch_server <argv> --help) exits 2 naming the first value it
+      refuses."
+  returned: mode=expand
+  type: list
+  elements: dict
+load:
+  description: O(mode=check) - C(tune_load) over the defaults (C(tool) bench_serving, C(input_len) 1024,
+    C(output_len) 256, C(concurrencies) [1, 8, 32], C(num_prompts) 32), numbers as integers.
+  returned: mode=check
+  type: dict
+hosts:
+  description: O(mode=check) - the hosts C(tune_hosts) selects (default C(sglang_servers)), in inventory order.
+  returned: mode=check
+  type: list
+  elements: str
+keep:
+  description: O(mode=check) - V(best) or V(original).
+  returned: mode=check
+  type: str
 problems:
   description: Every problem of the space, one sentence each (O(mode=expand) failure).
   returned: failure

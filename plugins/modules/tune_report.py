@@ -16,13 +16,21 @@ description:
   - Runs on the controller only (an action plugin). Reads the trials of this tune from
     O(journal) (the lines whose fingerprint is one of O(plan)'s candidates) and writes
     O(dest)C(.md), O(dest)C(.json) and O(dest)C(.png).
-  - The chart is the Pareto frontier of output tok/s per GPU (y) against tok/s per user
-    (x) over every trial and concurrency; the winner is marked; the region outside
-    O(slo) is shaded; an axis whose values span 8x or more is logarithmic. Every point
-    drawn is in the JSON (C(points), C(frontier)), so a test can check the chart against it.
-  - The table has one row per measured candidate, sorted by goodput (best first), then the
-    refused candidates with their reasons and what the search left out, and the method
-    that ran.
+  - The chart draws output tok/s per GPU (y) against tok/s per user (x) for every trial and
+    concurrency, and the Pareto frontier of the points that meet O(slo) (the legend says
+    so; a point missing the SLO is never on it); the winner is marked; the band outside
+    the TPOT target is shaded from the plot's left edge to 1000 / C(tpot_p99_ms); an axis
+    whose values span 8x or more is logarithmic. Every point drawn is in the JSON
+    (C(points), C(frontier), C(frontier_over), C(axes.x_range)), so a test can check the
+    chart against it.
+  - Each goodput carries its noise (the run's own spread of TPOT, never under 2 % of the
+    goodput). Candidates within the noise of the highest goodput are tied, and a tie goes
+    to the candidate with the fewest knobs off their base; the report says when the winner
+    was chosen among tied candidates and which ones tied (C(tie), the markdown's "Chosen
+    among tied candidates" line). See C(docs/tune.md), "Ties and noise".
+  - The table has one row per measured candidate, the winner first, then by goodput, then the
+    refused candidates with their reasons, the search's budget, the strategies it climbed
+    and dropped, what it left out and why, and the method that ran.
 extends_documentation_fragment:
   - gpufleet.sglang._attributes
 attributes:
@@ -83,13 +91,16 @@ EXAMPLES = r"""
 RETURN = r"""
 winner:
   description:
-    - The candidate with the highest goodput (C(id), C(strategy), C(extra_args), C(argv),
-      C(goodput), C(concurrency) it was reached at), V(null) when no trial met the SLO
-      without failed requests.
+    - The candidate with the highest goodput, or among those within its noise the one with
+      the fewest knobs off their base (C(id), C(strategy), C(extra_args), C(argv),
+      C(goodput), C(concurrency) it was reached at, C(noise), C(tied_with) the ids it tied
+      with), V(null) when no trial met the SLO without failed requests.
   returned: always
   type: dict
 report:
-  description: The report as written to the JSON (C(rows), C(points), C(frontier), C(winner), C(method), C(left_out), C(refused), C(slo), C(axes)).
+  description:
+    - The report as written to the JSON (C(rows), C(points), C(frontier), C(frontier_over), C(winner), C(tie),
+      C(noise_floor), C(method), C(budget), C(kept), C(dropped), C(left_out), C(refused), C(slo), C(axes)).
   returned: always
   type: dict
 markdown:

@@ -7,6 +7,10 @@ Distribution ``sglang``, version = the emulated release. The wheel holds:
 - the package from ``tests/emulator/src/sglang``;
 - that release's captured help text(s) and argparse dump from
   ``tests/fixtures/sglang-help``, as package data (``sglang/_emulator/data/``);
+- the CLI data of that release's ``bench_serving`` (``tests/emulator/bench/``, captured
+  from the real wheel by ``bench_capture.py``) as ``sglang/_emulator/data/bench/``, for the
+  client double ``python -m sglang.bench_serving`` / ``sglang.benchmark.serving``; the
+  ``sglang/benchmark/`` package only in the wheels of releases that have it (0.5.23 on);
 - the collection's capacity model, vendored as ``sglang/_emulator/_vendor/``:
   ``plugins/module_utils/prepare/_capacity.py`` and every module_utils file it imports,
   transitively. ``sglang/_emulator/_vendor/__init__.py`` finds those files
@@ -28,6 +32,7 @@ import zipfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(HERE, "src")
 FIXTURES = os.path.normpath(os.path.join(HERE, "..", "fixtures", "sglang-help"))
+BENCH = os.path.join(HERE, "bench")
 MODULE_UTILS = os.path.normpath(os.path.join(HERE, "..", "..", "plugins", "module_utils"))
 VENDOR_INIT = os.path.join(SRC, "sglang", "_emulator", "_vendor", "__init__.py")
 RELEASES = ("0.4.6.post5", "0.5.4.post3", "0.5.9", "0.5.23")
@@ -36,7 +41,17 @@ SUMMARY = ("TEST DOUBLE: SGLang emulator for the gpufleet.sglang tests -- NOT th
            "sglang; no model, no GPU, fake tokens")
 
 
-def _package_files():
+def _bench_spec(release):
+    with open(os.path.join(BENCH, "bench_serving-%s.json" % release), "rb") as fh:
+        return fh.read()
+
+
+def _package_files(release):
+    """The package's modules; ``sglang/benchmark/`` only where the release's serving
+    benchmark lives there (its captured ``module``)."""
+    import json  # pylint: disable=import-outside-toplevel
+
+    benchmark_pkg = json.loads(_bench_spec(release))["module"].startswith("sglang.benchmark.")
     files = {}
     root = os.path.join(SRC, "sglang")
     for dirpath, dirnames, filenames in os.walk(root):
@@ -46,6 +61,8 @@ def _package_files():
                 continue
             full = os.path.join(dirpath, name)
             arc = os.path.relpath(full, SRC).replace(os.sep, "/")
+            if arc.startswith("sglang/benchmark/") and not benchmark_pkg:
+                continue
             with open(full, "rb") as fh:
                 files[arc] = fh.read()
     return files
@@ -63,6 +80,7 @@ def _data_files(release):
     actions = os.path.join(FIXTURES, "argparse", "sglang-%s.actions.json" % release)
     with open(actions, "rb") as fh:
         files[data + "argparse/sglang-%s.actions.json" % release] = fh.read()
+    files[data + "bench/bench_serving-%s.json" % release] = _bench_spec(release)
     return files
 
 
@@ -102,7 +120,7 @@ def build(release, out_dir):
     if release not in RELEASES:
         raise SystemExit("unknown release %r (known: %s)" % (release, ", ".join(RELEASES)))
     dist_info = "sglang-%s.dist-info" % release
-    files = _package_files()
+    files = _package_files(release)
     files.update(_data_files(release))
     files.update(_vendor_files())
     files[dist_info + "/METADATA"] = (

@@ -1,12 +1,12 @@
 # -*- coding: utf-8 -*-
-"""Integration: bad input to ``playbooks/deploy.yml`` is refused, clearly, and leaves the
-server that already runs untouched.
+"""Integration: bad input to ``playbooks/deploy.yml`` (and ``playbooks/tune.yml``) is refused,
+clearly, and leaves the server that already runs untouched.
 
 A session fixture creates one systemd container of the test bed (its own inventory,
 ``tests/integration/bad_input_inventory/``: container gpufleet-bad-1, HTTP on 127.0.0.1:39701,
 SSH on 127.0.0.1:22701), prepares it, deploys strategy pp8 once and destroys the container
-at the end. Each case is then one ``ansible-playbook playbooks/deploy.yml -e ...`` run that
-must fail (rc != 0) with a message naming the input, while the unit's main PID, the
+at the end. Each case is then one ``ansible-playbook playbooks/deploy.yml -e ...`` run (or
+``playbooks/tune.yml``, or another inventory, where the case says so) that must fail (rc != 0) with a message naming the input, while the unit's main PID, the
 emulator's start count, the unit and environment files and ``/health`` stay as they were.
 Two inputs that look dangerous but are valid (an API key with shell metacharacters, a
 non-ASCII served model name) must be accepted instead, restart the server exactly once,
@@ -88,9 +88,21 @@ failure = _testbed.failure
 # --- the cases ------------------------------------------------------------------------------
 # id, input as written in the table, extra vars, expected substring(s) of the message,
 # optional setup (run in the container before the deploy).
-def _case(cid, shown, extra, expect, setup=None):
+def _case(cid, shown, extra, expect, setup=None, playbook="playbooks/deploy.yml", inventory=None):
     return pytest.param({"id": cid, "shown": shown, "extra": extra, "expect": expect,
-                         "setup": setup}, id=cid)
+                         "setup": setup, "playbook": playbook, "inventory": inventory}, id=cid)
+
+
+# playbooks/tune.yml on the same host: every bad input is refused before any candidate is
+# loaded (the server keeps its PID); the journal goes to .cache, not to reports/
+TUNE_JOURNAL = os.path.join(ROOT, ".cache", "bad-input-tune-journal.jsonl")
+TUNE_SPACE = {"strategies": ["pp8"], "knobs": {"--cuda-graph-max-bs": [None, 16]}}
+
+
+def _tune(cid, shown, extra, expect):
+    extra = dict({"tune_space": TUNE_SPACE, "tune_load": {"concurrencies": [1], "num_prompts": 4},
+                  "tune_journal": TUNE_JOURNAL}, **extra)
+    return _case(cid, "tune.yml: " + shown, extra, expect, playbook="playbooks/tune.yml")
 
 
 def _setup_http_server():
@@ -221,6 +233,36 @@ CASES = [
     _case("name-newline", "server_served_model_name='kimi\\nk2'",
           {"server_served_model_name": "kimi\nk2"},
           ["server_served_model_name", "control characters"]),
+    # issue 42: the inventory's count disagrees with the host's GPUs and the strategy fits
+    # the host: the host's GPUs are named, not "the server has 16"
+    _case("gpu-count-16", "sglang_gpu_count=16 (the host has 8 GPUs; strategy pp8)",
+          {"sglang_gpu_count": 16},
+          ["sglang_gpu_count is 16, but gpufleet-bad-1 has 8 GPUs (NVIDIA"]),
+    _case("empty-server-group", "an inventory whose sglang_servers is empty (-i bad_input_empty_inventory)",
+          {}, ["nothing to deploy: group sglang_servers of the inventory", "has no host"],
+          inventory=os.path.join(HERE, "bad_input_empty_inventory")),
+    # the tune: refused in its first task (on localhost), or before any candidate is gated
+    _tune("tune-concurrency-zero", "tune_load={concurrencies: [0]}", {"tune_load": {"concurrencies": [0]}},
+          ["tune_load.concurrencies must be a non-empty list of positive integers, got [0]"]),
+    _tune("tune-hosts-unknown", "tune_hosts=gpu-9 (no such host or group)", {"tune_hosts": "gpu-9"},
+          ['tune_hosts "gpu-9": "gpu-9" is neither a host nor a group of the inventory']),
+    _tune("tune-inputs-at-once", "keep=worst, tune_budget=abc, tune_method=grid, tune_slo={ttft_p99_ms: -1}",
+          {"keep": "worst", "tune_budget": "abc", "tune_method": "grid", "tune_slo": {"ttft_p99_ms": -1}},
+          ["4 problems with the tune's inputs", 'keep must be best or original, got "worst"',
+           'tune_budget must be a number of trials (0 for no limit), got "abc"',
+           'tune_method must be one of auto, exhaustive, coordinate, got "grid"',
+           "tune_slo.ttft_p99_ms must be a positive number of milliseconds"]),
+    # before the gate: the release's own argparse over every knob value
+    _tune("tune-knob-value", "tune_space.knobs={--max-running-requests: [null, abc]}",
+          {"tune_space": {"strategies": ["pp8"], "knobs": {"--max-running-requests": [None, "abc"]}}},
+          ["tune_space.knobs --max-running-requests: sglang 0.5.9 refuses the value \"abc\"",
+           "invalid int value"]),
+    # every candidate refused by the gate (7 GPUs on a host of 8): the tune fails before the
+    # router hold or any load
+    _tune("tune-strategy-tp7", "tune_space.strategies=[tp7] (the host has 8 GPUs)",
+          {"tune_space": {"strategies": ["tp7"], "knobs": {}}},
+          ["every candidate of tune_space is refused before any load (sglang 0.5.9)",
+           "c01-tp7 (refused)", "7 GPUs"]),
 ]
 
 RESULTS = []
@@ -247,9 +289,9 @@ def fleet():
                              RELEASE, wall, HOST)
 
 
-def _deploy(extra):
-    return playbook("playbooks/deploy.yml", "-e", json.dumps(extra, ensure_ascii=False),
-                    json_out=True)
+def _deploy(extra, path="playbooks/deploy.yml", inventory=None):
+    return _testbed.playbook(inventory or INVENTORY, path, "-e", json.dumps(extra, ensure_ascii=False),
+                             json_out=True, timeout=300)
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -259,10 +301,12 @@ def test_bad_input_is_refused_and_server_untouched(fleet, case):
     if case["setup"]:
         case["setup"]()
     try:
-        proc = _deploy(case["extra"])
+        proc = _deploy(case["extra"], case["playbook"], case["inventory"])
     finally:
         if case["id"] == "port-taken":
             podman_exec("sh", "-c", "kill $(cat %s)" % HTTP_SERVER_PIDFILE, check=False)
+        if os.path.exists(TUNE_JOURNAL):
+            os.remove(TUNE_JOURNAL)
     task, msg = failure(proc)
     after = observe()
     flat = " ".join(str(msg).split())

@@ -62,3 +62,95 @@ def test_a_file_the_map_does_not_name_is_reported():
     # a module_utils file named without its stage's subpackage is not named
     assert unnamed(["module_utils/prepare/_capacity.py"], {"_capacity.py"}) == \
         ["module_utils/prepare/_capacity.py"]
+
+
+# --- no stage imports a later one ----------------------------------------------------------
+
+MODULE_UTILS = "ansible_collections.gpufleet.sglang.plugins.module_utils"
+
+
+def stage_order(text):
+    """The stages in their order, as the "Stage → file" section lists the subpackages of
+    plugins/module_utils/ ("one subpackage per stage (`common/`, `check/`, ...)")."""
+    section = text.split("## Stage → file", 1)[1]
+    listing = re.search(r"one subpackage per stage \(([^)]*)\)", section, re.S).group(1)
+    return re.findall(r"`(\w+)/`", listing)
+
+
+def imported_stages(source):
+    """(line, stage) of every import of a module_utils stage in ``source``, those inside
+    functions included."""
+    import ast
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module + "." + alias.name for alias in node.names]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        else:
+            continue
+        for name in names:
+            if name.startswith(MODULE_UTILS + "."):
+                found.append((node.lineno, name[len(MODULE_UTILS) + 1:].split(".")[0]))
+    return sorted(set(found))
+
+
+def upward_imports(files, order):
+    """``<stage>/<file>:<line> imports <later stage>`` for each import of a later stage
+    (``files`` maps a path below module_utils to its source)."""
+    out = []
+    for path, source in sorted(files.items()):
+        own = path.split("/", 1)[0]
+        if own not in order:
+            continue
+        for line, stage in imported_stages(source):
+            if stage in order and order.index(stage) > order.index(own):
+                out.append("%s:%d imports %s" % (path, line, stage))
+    return out
+
+
+def _module_utils_sources():
+    files = {}
+    for path in plugin_files():
+        if path.startswith("module_utils/"):
+            with open(os.path.join(PLUGINS, path), encoding="utf-8") as handle:
+                files[path.split("/", 1)[1]] = handle.read()
+    return files
+
+
+def _read_order():
+    with open(os.path.join(ROOT, "docs", "CONVENTIONS.md"), encoding="utf-8") as handle:
+        return stage_order(handle.read())
+
+
+def test_the_stage_order_is_the_one_conventions_lists():
+    assert _read_order() == ["common", "check", "prepare", "rollout", "status", "weights",
+                             "router", "bench", "tune", "monitoring"]
+
+
+def test_no_stage_imports_a_later_stage():
+    files = _module_utils_sources()
+    assert "prepare/_preflight.py" in files and "weights/_model.py" in files
+    assert upward_imports(files, _read_order()) == []
+
+
+def test_an_upward_import_is_reported():
+    order = _read_order()
+    upward = ("from ansible_collections.gpufleet.sglang.plugins.module_utils.weights._model "
+              "import quick_check\n")
+    inside = ("def plan():\n"
+              "    from ansible_collections.gpufleet.sglang.plugins.module_utils.tune import plan\n"
+              "    return plan\n")
+    plain = "import ansible_collections.gpufleet.sglang.plugins.module_utils.router._router\n"
+    downward = "from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare import _preflight\n"
+    # the control: synthetic files with an import of a later stage, at the top, inside a
+    # function, or as a plain import; an import of an earlier stage is no finding
+    files = {"prepare/_made_up.py": upward, "check/_made_up.py": inside,
+             "status/_made_up.py": plain, "weights/_made_up.py": downward}
+    assert upward_imports(files, order) == ["check/_made_up.py:2 imports tune",
+                                            "prepare/_made_up.py:1 imports weights",
+                                            "status/_made_up.py:1 imports router"]
+    # and over the real tree with one of them added, the check fails
+    real = _module_utils_sources()
+    real["prepare/_made_up.py"] = upward
+    assert upward_imports(real, order) == ["prepare/_made_up.py:1 imports weights"]

@@ -5,8 +5,9 @@
 # This module util is PRIVATE to the gpufleet.sglang collection. It may change
 # without notice; do not use it from outside the collection.
 """PNG chart of a benchmark comparison: aggregate output tok/s against concurrency, one
-line per measured strategy. Needs matplotlib (Agg backend, no display) on the controller.
-No Ansible imports.
+line per measured strategy; and the axis range and the shaded band the tune's frontier
+chart (``tune/report.py``) uses. Needs matplotlib (Agg backend, no display) on the
+controller. No Ansible imports.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -26,6 +27,34 @@ def matplotlib_error():
     except ImportError as exc:
         return str(exc)
     return None
+
+
+def axis_range(values, log=False, margin=0.05):
+    """``[low, high]`` of an axis over ``values`` with matplotlib's default margins (5 % of
+    the span on each side, of the span of the logarithms on a log axis); None without a
+    usable value. A chart that sets this range explicitly knows its left edge, so a band
+    can start there."""
+    import math  # pylint: disable=import-outside-toplevel
+    vals = [float(v) for v in values if v is not None and (v > 0 or not log)]
+    if not vals:
+        return None
+    if log:
+        lo, hi = math.log10(min(vals)), math.log10(max(vals))
+    else:
+        lo, hi = min(vals), max(vals)
+    pad = margin * (hi - lo)
+    if pad == 0:  # one value: +-10 % of it (a tenth of a decade on a log axis), or +-1 at 0
+        pad = 0.1 if log else (0.1 * abs(lo) or 1.0)
+    lo, hi = lo - pad, hi + pad
+    return [10 ** lo, 10 ** hi] if log else [lo, hi]
+
+
+def shade_below(ax, limit, **style):
+    """Shade the x range from the axes' left edge to ``limit`` (the axes' x range is kept)."""
+    left, right = ax.get_xlim()
+    patch = ax.axvspan(left, min(limit, right), **style)
+    ax.set_xlim(left, right)
+    return patch
 
 
 def render_png(report, title=None, width_in=8.0, height_in=5.0, dpi=100):
@@ -72,4 +101,4 @@ def render_png(report, title=None, width_in=8.0, height_in=5.0, dpi=100):
     return data
 
 
-__all__ = ["BenchError", "matplotlib_error", "render_png"]
+__all__ = ["BenchError", "axis_range", "matplotlib_error", "render_png", "shade_below"]

@@ -19,10 +19,12 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import difflib
+import fnmatch
 import json
 import re
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils.weights._model import ModelError, model_path
+from ansible_collections.gpufleet.sglang.plugins.module_utils.common._weights import ModelError, model_path
 from ansible_collections.gpufleet.sglang.plugins.module_utils.check._strategy import (
     StrategyError,
     gpus_needed,
@@ -43,6 +45,7 @@ _INT = re.compile(r"^[1-9][0-9]*$")
 _NUMBER = re.compile(r"^[-+]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][-+]?[0-9]+)?$")
 _BATCH = re.compile(r"^([1-9][0-9]*|([1-9][0-9]?|100)%)$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_SUBSCRIPT = re.compile(r"^(?P<base>[^\[\]]+)\[(?P<start>-?[0-9]+)(?:(?P<colon>:)(?P<end>-?[0-9]*))?\]$")
 
 #: What each required input means, with an example value. The GPU count and memory are
 #: not required: unset, they come from the host's GPUs. Nor is the release: unset, the
@@ -131,7 +134,7 @@ def _versions(values):
 
 def _model_repo(values):
     """sglang_model_repo, when set, is a Hugging Face repo id ``<org>/<name>`` (the rule of
-    the model directory, ``_model.model_path``)."""
+    the model directory, ``_weights.model_path``)."""
     value = values.get("sglang_model_repo", MISSING)
     if is_unset(value):
         return []
@@ -304,6 +307,23 @@ def layout(values, nnodes):
         return None, str(exc)
 
 
+def layout_or_host(values, nnodes):
+    """``(layout, problem, deferred)``: :func:`layout`, except that a strategy whose grammar
+    holds but that does not fit a set ``sglang_gpu_count`` is left to the host
+    (``deferred`` is the controller's reason): the controller cannot tell whether the count
+    or the strategy is wrong, and the host compares the count with the GPUs it has first
+    ("sglang_gpu_count is 16, but gpu-1 has 8 GPUs (...)"), then fits the strategy to them
+    with the same words as here."""
+    found, problem = layout(values, nnodes)
+    gpus = values.get("sglang_gpu_count", MISSING)
+    if problem is None or is_unset(gpus):
+        return found, problem, None
+    try:
+        return unchecked_layout(values.get("strategy"), nnodes), None, problem
+    except StrategyError:
+        return None, problem, None
+
+
 def unchecked_layout(strategy, nnodes):
     """The plan of a strategy whose GPU count is not known yet: ``resolve``'s shape, unchecked.
 
@@ -330,3 +350,110 @@ def report(problems, host):
         return "%s: %s" % (host, problems[0])
     return "%s: %d problems with the deploy inputs:\n%s" % (
         host, len(problems), "\n".join("- " + p for p in problems))
+
+
+def split_pattern(pattern):
+    """The terms of a host pattern: split on ``,``, then on ``:`` outside ``[...]``."""
+    terms = []
+    for piece in str(pattern).split(","):
+        depth, term = 0, ""
+        for char in piece:
+            if char == "[":
+                depth += 1
+            elif char == "]":
+                depth = max(depth - 1, 0)
+            if char == ":" and depth == 0:
+                terms.append(term)
+                term = ""
+                continue
+            term += char
+        terms.append(term)
+    return [t.strip() for t in terms if t.strip()]
+
+
+def _match(name, hosts, groups):
+    """The hosts one term names (a list in inventory order), or None when it names nothing."""
+    if name.startswith("~"):
+        try:
+            regex = re.compile(name[1:])
+        except re.error:
+            return None
+        names = [n for n in list(groups) + hosts if regex.match(n)]
+    elif any(c in name for c in "*?[") and not _SUBSCRIPT.match(name):
+        names = [n for n in list(groups) + hosts if fnmatch.fnmatchcase(n, name)]
+    else:
+        sub = _SUBSCRIPT.match(name)
+        if sub and sub.group("base") in groups:
+            members = list(groups[sub.group("base")])
+            start = int(sub.group("start"))
+            if sub.group("colon"):
+                end = sub.group("end")
+                return members[start:(int(end) + 1 if end not in ("", None) else None)] or None
+            return members[start:start + 1 or None] if -len(members) <= start < len(members) else None
+        names = [name] if name in groups or name in hosts else []
+    if not names:
+        return None
+    out = []
+    for n in names:
+        for h in (groups[n] if n in groups else [n]):
+            if h not in out:
+                out.append(h)
+    return out
+
+
+def select_hosts(pattern, hosts, groups, variable="target"):
+    """``(selected, problems)`` of an Ansible host pattern (the input ``variable``) over the
+    inventory: every term
+    (``:`` or ``,`` between them, ``!`` excludes, ``&`` intersects, globs, ``~regex`` and
+    ``group[i]``/``group[i:j]``) must name a host or a group; regular terms first, then the
+    intersections, then the exclusions (``all`` when there is no regular term), as
+    ansible-core orders them."""
+    hosts = [h for h in (hosts or []) if isinstance(h, str)]
+    groups = dict((g, list(m or [])) for g, m in (groups or {}).items())
+    groups.setdefault("all", list(hosts))
+    if not isinstance(pattern, str) or not pattern.strip():
+        return [], ["%s must be a host pattern of the inventory, got %s" % (variable, shown(pattern))]
+    problems = []
+    regular, inter, exclude = [], [], []
+    for term in split_pattern(pattern):
+        kind, name = ("&", term[1:]) if term.startswith("&") else ("!", term[1:]) if term.startswith("!") else ("", term)
+        name = name.strip()
+        matched = _match(name, hosts, groups) if name else None
+        if matched is None:
+            near = difflib.get_close_matches(name, list(groups) + hosts, n=1)
+            problems.append("%s %s: %s is neither a host nor a group of the inventory%s"
+                            % (variable, shown(pattern), shown(name), " (did you mean %s?)" % near[0] if near else ""))
+            continue
+        {"": regular, "&": inter, "!": exclude}[kind].append(matched)
+    if problems:
+        return [], problems
+    selected = []
+    for matched in regular or [groups["all"]]:
+        selected.extend(h for h in matched if h not in selected)
+    for matched in inter:
+        selected = [h for h in selected if h in matched]
+    for matched in exclude:
+        selected = [h for h in selected if h not in matched]
+    if not selected:
+        problems.append("%s %s selects no host of the inventory" % (variable, shown(pattern)))
+    return selected, problems
+
+
+def fleet_problem(pattern, hosts, groups, sources=None, default_group="sglang_servers"):
+    """The refusal of a deploy whose ``target`` (default: the server group) selects no host
+    of the inventory, else None: without it, every play of the deploy is skipped and the
+    run ends with rc 0 having deployed nothing."""
+    given = pattern not in (None, "")
+    pattern = pattern if given else default_group
+    selected, problems = select_hosts(pattern, hosts, groups, "target" if given else "the server group")
+    if selected:
+        return None
+    inventory = ", ".join(str(s) for s in (sources or [])) or "(no inventory given)"
+    if not given and pattern in (groups or {}):
+        why = "group %s of the inventory %s has no host" % (pattern, inventory)
+    elif not given:
+        why = "the inventory %s has no group %s" % (inventory, pattern)
+    else:
+        why = "%s (inventory %s)" % ("; ".join(problems), inventory)
+    return ("nothing to deploy: %s; add the servers to group %s, or pass -e target=<hosts of the "
+            "inventory>" % (why, default_group))

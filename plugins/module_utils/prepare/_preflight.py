@@ -29,7 +29,7 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils.check._inputs impo
     mem_fraction_flags,
     report,
 )
-from ansible_collections.gpufleet.sglang.plugins.module_utils.weights._model import quick_check
+from ansible_collections.gpufleet.sglang.plugins.module_utils.common._weights import quick_check
 from ansible_collections.gpufleet.sglang.plugins.module_utils.check._strategy import (
     StrategyError,
     resolve,

@@ -4,7 +4,7 @@
 #
 # This module util is PRIVATE to the gpufleet.sglang collection. It may change
 # without notice; do not use it from outside the collection.
-"""Metrics of a trial per concurrency, the SLO test and the goodput (docs/tune.md).
+"""Metrics of a trial per concurrency, the SLO test, the goodput and its noise (docs/tune.md).
 
 Input: the collection's benchmark results (``_bench_tool.RESULT_FIELDS``, one per concurrency);
 nothing here parses a tool's output a second time.
@@ -18,6 +18,15 @@ __metaclass__ = type  # pylint: disable=invalid-name
 from ansible_collections.gpufleet.sglang.plugins.module_utils.bench import _bench_tool
 
 SLO_KEYS = ("ttft_p99_ms", "tpot_p99_ms")
+
+# The noise of a goodput, relative to it, is never taken below this floor. What one run
+# shows of its own spread (``spread``) is the sampling error of its requests; it does not
+# see what moves between two runs of the same server (warm-up, clocks, the host's other
+# load), which a single trial cannot measure. 2 %: two trials closer than that are not told
+# apart (docs/tune.md, "Ties and noise").
+NOISE_FLOOR = 0.02
+# p99 - p50 of a normal distribution, in standard deviations (the 0.99 quantile of N(0, 1))
+_P99_SIGMAS = 2.3263
 
 
 class SloError(ValueError):
@@ -77,7 +86,37 @@ def point(run, gpus_used):
         "itl_p99_ms": _num(run.get("p99_itl_ms")),
         "failed": None if failed is None else int(failed),
         "approximate": approximate,
+        "spread": spread(run),
     }
+
+
+def spread(run):
+    """The relative standard error of a run's output tok/s that its own requests show, or
+    None when the run does not say enough.
+
+    A closed-loop run's throughput is concurrency x tokens / mean request time, so its
+    relative error is that of the mean decode time per token: sigma(TPOT) / mean(TPOT) /
+    sqrt(completed). sigma is read from the percentiles every tool reports (bench_serving
+    and aiperf alike): (p99 - p50) / 2.326, the normal distribution's ratio; a TPOT with a
+    long tail gives a larger sigma than its standard deviation, so the estimate errs wide,
+    towards more ties."""
+    mean = _num(run.get("mean_tpot_ms"))
+    p50 = _num(run.get("median_tpot_ms"))
+    p99 = _num(run.get("p99_tpot_ms"))
+    done = _num(run.get("completed"))
+    if mean is None or p50 is None or p99 is None or done is None or mean <= 0 or done < 2:
+        return None
+    return max(p99 - p50, 0.0) / _P99_SIGMAS / mean / done ** 0.5
+
+
+def noise(pt, floor=NOISE_FLOOR):
+    """The noise of a point's output tok/s per GPU, in tok/s per GPU: its own spread
+    (``spread``), never below ``floor`` of the value; None without a value."""
+    value = (pt or {}).get("output_tok_s_per_gpu")
+    if value is None:
+        return None
+    rel = (pt or {}).get("spread")
+    return value * max(floor, rel if rel is not None else 0.0)
 
 
 def meets(pt, slo):

@@ -204,18 +204,27 @@ def next_round(candidates, knobs, preflight, journal_path, hosts, budget=0, meth
         "phase": result["phase"], "left_out": result["left_out"], "refused": refused,
         "measured": result["measured"], "budget_left": result["budget_left"],
         "best": result["best"], "rounds_left": result["rounds_left"], "slo": slo,
+        # the search's own account: the budget it ran under, the tie behind its best, the
+        # strategies it climbs and those it dropped (docs/tune.md, "Search methods")
+        "budget": result["budget"], "tie": result["tie"], "kept": result["kept"],
+        "dropped": result["dropped"],
     }
 
 
 def record(journal_path, candidate, host, runs, status="ok", reason="", wall_s=None, load=None,
-           slo=None, check_mode=False, when=None, started=None):
+           slo=None, check_mode=False, when=None, started=None, ended=None):
     """The result of ``tune_record``: the line, its metrics and goodput; appended unless
-    the fingerprint is already journaled (or in check mode)."""
+    the fingerprint is already journaled (or in check mode). With ``started`` and
+    ``ended`` the line's ``wall_s`` is ``ended - started`` (the trial's own time)."""
     if not isinstance(candidate, dict) or not candidate.get("fingerprint"):
         raise PlanError("candidate must be an entry of tune_plan's assignment (with its "
                         "fingerprint), got %r" % (candidate,))
     if status not in ("ok", "failed"):
         raise PlanError("status must be ok or failed, got %r" % (status,))
+    try:
+        wall_s = _journal.wall_of(wall_s, started, ended)
+    except ValueError as exc:
+        raise PlanError(str(exc))
     slo = _metrics.check_slo(slo)
     used = (candidate.get("gpus") or {}).get("used")
     points = _metrics.trial(runs, used, slo)

@@ -110,6 +110,49 @@ def _not_a_knob(checked, values, problems, clash):
     return checked
 
 
+def shape_problems(space):
+    """The problems of the space's shape alone, before the release is known (``tune_plan
+    mode: check``): a mapping of strategies (the collection's grammar), knobs (flag to a
+    non-empty list of values) and fixed (flag to one value). The flags and their values are
+    checked against the release by :func:`expand`."""
+    if not isinstance(space, dict):
+        return ["tune_space must be a mapping with strategies, knobs and fixed, got %r" % (space,)]
+    problems = []
+    strategies = _keys_and_strategies(space, problems)
+    for strategy in strategies:
+        try:
+            parse_strategy(strategy)
+        except StrategyError as exc:
+            problems.append("tune_space.strategies %r: %s" % (strategy, exc))
+    knobs = space.get("knobs") or {}
+    if not isinstance(knobs, dict):
+        problems.append("tune_space.knobs must map a flag to its list of values, got %r" % (knobs,))
+        knobs = {}
+    for name, vals in knobs.items():
+        if not isinstance(vals, list) or not vals:
+            problems.append("tune_space.knobs %s: give a list of at least one value, got %r" % (name, vals))
+    fixed = space.get("fixed") or {}
+    if not isinstance(fixed, dict):
+        problems.append("tune_space.fixed must map a flag to one value, got %r" % (fixed,))
+    return problems
+
+
+def _keys_and_strategies(space, problems):
+    """The space's strategies as a list (a comma-separated string split), appending to
+    ``problems`` its unknown keys and a missing or empty strategy list."""
+    unknown = sorted(set(space) - set(SPACE_KEYS), key=str)
+    if unknown:
+        problems.append("tune_space: unknown keys %s (known: %s)"
+                        % (", ".join(str(k) for k in unknown), ", ".join(SPACE_KEYS)))
+    strategies = space.get("strategies")
+    if isinstance(strategies, str):
+        strategies = [s.strip() for s in strategies.split(",") if s.strip()]
+    if not isinstance(strategies, list) or not strategies:
+        problems.append("tune_space.strategies must list at least one strategy, got %r" % (strategies,))
+        strategies = []
+    return strategies
+
+
 def expand(space, flags, release):
     """``{"candidates": [...], "knobs": [flag...], "strategies": [...]}`` of a space.
 
@@ -124,17 +167,7 @@ def expand(space, flags, release):
         problems.append("the flags of sglang %s's --help are missing (server_flags with "
                         "return_flags: true)" % release)
         flags = {}
-    unknown = sorted(set(space) - set(SPACE_KEYS))
-    if unknown:
-        problems.append("tune_space: unknown keys %s (known: %s)"
-                        % (", ".join(str(k) for k in unknown), ", ".join(SPACE_KEYS)))
-    strategies = space.get("strategies")
-    if isinstance(strategies, str):
-        strategies = [s.strip() for s in strategies.split(",") if s.strip()]
-    if not isinstance(strategies, list) or not strategies:
-        problems.append("tune_space.strategies must list at least one strategy, got %r"
-                        % (strategies,))
-        strategies = []
+    strategies = _keys_and_strategies(space, problems)
     seen = set()
     names = []
     layouts = {}

@@ -4,15 +4,14 @@
 #
 # This module util is PRIVATE to the gpufleet.sglang collection. It may change
 # without notice; do not use it from outside the collection.
-"""Model weights on a host: the manifest, hashing, the verified marker and placement.
+"""Model weights on a host: the manifest, the space and placement.
 
 The manifest is the Hub's tree listing at one commit: each file's path, size and digest
 (the LFS sha256, or the git blob sha1 for small files; the same values the Hub sends as
 ``X-Linked-Etag`` / ``ETag``). It is kept beside the weights (:data:`MANIFEST`).
 
-A directory is *verified* when its marker (:data:`MARKER`) names the expected commit and
-every file of the manifest has the size and mtime the marker recorded when the file was
-last hashed. That quick check reads no file content. ``deep`` re-hashes everything.
+How a file is verified against it (hashed while written, piece by piece, or read back) and
+the verified marker (:data:`MARKER`) are ``common/_weights.py``'s: the one place.
 
 Layout on a host: weights at ``path``, staged at ``staging_path(path)`` (same parent, so
 the final move is one rename). Nothing here imports huggingface_hub: the download itself
@@ -27,37 +26,21 @@ import os
 import re
 import shutil
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _files
+from ansible_collections.gpufleet.sglang.plugins.module_utils.common._weights import (
+    GIT_SHA1, MANIFEST, MARKER, PIECES, SHA256, ModelError)
 
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
-MARKER = ".gpufleet-verified.json"
-MANIFEST = ".gpufleet-manifest.json"
 PROGRESS = ".gpufleet-progress.json"
 # Files of our own (and huggingface_hub's local-dir cache) that are not part of the model.
-PIECES = ".gpufleet-pieces.json"
 OWN_NAMES = (MARKER, MANIFEST, PROGRESS, PIECES, ".cache")
-SHA256 = "sha256"
-GIT_SHA1 = _files.GIT_SHA1
-
-
-class ModelError(Exception):
-    """A refusal with a message that names the input, its value and what was expected."""
 
 
 # --- names and paths -------------------------------------------------------------------
 
 def is_commit(revision):
     return bool(COMMIT_RE.match(revision or ""))
-
-
-def model_path(root, repo_id, revision):
-    """Default model directory for a repo at a revision: ``<root>/<org>--<name>/<revision>``."""
-    if not repo_id or "/" not in repo_id:
-        raise ModelError("model_repo is %r: expected '<org>/<name>'" % (repo_id,))
-    safe = repo_id.replace("/", "--")
-    return os.path.join(root, safe, revision or "main")
 
 
 def staging_path(path):
@@ -124,108 +107,6 @@ def total_bytes(manifest):
 # JSON files are read and written by the collection's one file helper (_files).
 read_json = _files.read_json
 write_json = _files.write_json
-
-
-# --- hashing ---------------------------------------------------------------------------
-
-def file_digest(path, algo, size=None):
-    """sha256 of the content, or the git blob sha1 (``blob <size>\\0`` + content)."""
-    if algo not in (SHA256, GIT_SHA1):
-        raise ModelError("unknown digest algorithm %r: expected sha256 or git-sha1" % algo)
-    return _files.digest(path, algo, size=size)
-
-
-def verify_files(base, entries, workers=4):
-    """Hash each file of ``entries`` once, in parallel. Returns (good, bad, bytes_hashed).
-
-    ``good`` maps path -> (size, mtime_ns) as they were when hashed; ``bad`` maps path ->
-    reason. A file whose size is wrong is not hashed.
-    """
-    def one(item):
-        full = os.path.join(base, item["path"])
-        try:
-            before = os.stat(full)
-        except OSError:
-            return item, "missing", None, 0
-        if before.st_size != item["size"]:
-            return item, "size %d, expected %d" % (before.st_size, item["size"]), None, 0
-        digest = file_digest(full, item["algo"], item["size"])
-        if digest != item["digest"]:
-            return item, "%s %s, expected %s" % (item["algo"], digest, item["digest"]), None, \
-                item["size"]
-        return item, None, (before.st_size, before.st_mtime_ns), item["size"]
-
-    good, bad, hashed = {}, {}, 0
-    with ThreadPoolExecutor(max_workers=max(1, int(workers))) as pool:
-        for item, problem, stat, nbytes in pool.map(one, entries):
-            hashed += nbytes
-            if problem:
-                bad[item["path"]] = problem
-            else:
-                good[item["path"]] = stat
-    return good, bad, hashed
-
-
-# --- marker and quick check ------------------------------------------------------------
-
-def write_marker(base, repo_id, commit, good, against=None):
-    """The verified marker; ``against`` maps path -> what the file was verified against
-    (the Hub's digest while written, or the piece hashes of the seed's verified copy)."""
-    files = dict((p, {"size": s, "mtime_ns": m}) for p, (s, m) in good.items())
-    for path, note in (against or {}).items():
-        if path in files:
-            files[path]["against"] = note
-    marker = {"repo_id": repo_id, "commit": commit, "verified_at": int(time.time()),
-              "files": files}
-    write_json(os.path.join(base, MARKER), marker)
-    return marker
-
-
-def quick_check(base, commit):
-    """Is ``base`` verified for ``commit``? Reads the marker and stats files; hashes nothing.
-
-    Returns ``{"verified": bool, "problems": [...], "files": n, "bytes": n}``.
-    """
-    marker = read_json(os.path.join(base, MARKER))
-    manifest = read_json(os.path.join(base, MANIFEST))
-    if not os.path.isdir(base):
-        return {"verified": False, "problems": ["%s does not exist" % base], "files": 0,
-                "bytes": 0}
-    if marker is None or manifest is None:
-        return {"verified": False, "problems": ["%s has no verified marker %s or manifest %s"
-                                                % (base, MARKER, MANIFEST)],
-                "files": 0, "bytes": 0}
-    problems = []
-    if marker.get("commit") != commit:
-        problems.append("marker is for commit %s, expected %s" % (marker.get("commit"), commit))
-    recorded = marker.get("files") or {}
-    for item in manifest.get("files", []):
-        path = item["path"]
-        full = os.path.join(base, path)
-        try:
-            st = os.stat(full)
-        except OSError:
-            problems.append("%s is missing" % path)
-            continue
-        want = recorded.get(path)
-        if want is None:
-            problems.append("%s was never verified" % path)
-        elif st.st_size != want["size"] or st.st_size != item["size"]:
-            problems.append("%s has %d bytes, verified with %d" % (path, st.st_size, want["size"]))
-        elif st.st_mtime_ns != want["mtime_ns"]:
-            problems.append("%s changed after it was verified (mtime)" % path)
-    files = manifest.get("files", [])
-    return {"verified": not problems, "problems": problems, "files": len(files),
-            "bytes": total_bytes(files)}
-
-
-def demote(base, reasons):
-    """Take the marker away so the directory is not served from (before a repair)."""
-    try:
-        os.unlink(os.path.join(base, MARKER))
-    except OSError:
-        pass
-    return reasons
 
 
 # --- space -----------------------------------------------------------------------------

@@ -30,6 +30,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _weights
 from ansible_collections.gpufleet.sglang.plugins.module_utils.weights._model import (
     GIT_SHA1, ModelError, check_manifest, is_commit, manifest_from_tree)
 
@@ -402,7 +403,7 @@ def download_hashing(staging, repo_id, commit, missing, endpoint, token="", xet=
     that arrives early waits in memory for the ones before it (at most ``2 * workers``
     ranges are in flight or waiting), so the bytes reach the file and the hasher in order.
 
-    ``stream_hash(algo, size)`` makes the hasher (``_swarm.StreamHash``: the manifest digest
+    ``stream_hash(algo, size)`` makes the hasher (``_weights.StreamHash``: the manifest digest
     and the piece hashes from the same bytes). A partial file left by a killed run is
     continued from its end after its bytes were fed to the hasher (the one read of bytes a
     process that is gone wrote). A file whose digest differs from the manifest is removed
@@ -414,7 +415,6 @@ def download_hashing(staging, repo_id, commit, missing, endpoint, token="", xet=
     from huggingface_hub import errors, hf_hub_url
     from huggingface_hub.file_download import get_hf_file_metadata, http_get
     from huggingface_hub.utils import build_hf_headers
-    from ansible_collections.gpufleet.sglang.plugins.module_utils.weights import _swarm
 
     missing = download_order(missing)
     resumable, removed = _resumable(staging, missing)
@@ -425,7 +425,7 @@ def download_hashing(staging, repo_id, commit, missing, endpoint, token="", xet=
     workers = max(1, int(workers))
     slots = threading.Semaphore(2 * workers)
     failed = []
-    make = stream_hash or _swarm.StreamHash
+    make = stream_hash or _weights.StreamHash
     headers = build_hf_headers(token=token or False)
 
     def opened(item):
@@ -436,7 +436,7 @@ def download_hashing(staging, repo_id, commit, missing, endpoint, token="", xet=
         partial = resumable.get(item["path"])
         have = 0
         if partial:
-            have = _swarm.hash_existing(partial, hasher)
+            have = _weights.hash_existing(partial, hasher)
             resumed_from[item["path"]] = have
         else:
             folder = os.path.join(staging, ".cache", "huggingface", "download",
@@ -454,13 +454,11 @@ def download_hashing(staging, repo_id, commit, missing, endpoint, token="", xet=
     def finish(state):
         state.close()
         item, hasher = state.item, state.hasher
-        digest, pieces = hasher.finish()
-        if hasher.count != item["size"] or digest != item["digest"]:
+        digest, pieces, problem = _weights.streamed(hasher, item)
+        if problem:
             os.unlink(state.partial)
-            raise ModelError("%s from %s: %d bytes, %s %s; the manifest says %d bytes, %s "
-                             "(removed; the next run fetches it again)"
-                             % (item["path"], endpoint, hasher.count, item["algo"], digest,
-                                item["size"], item["digest"]))
+            raise ModelError("%s from %s: %s (removed; the next run fetches it again)"
+                             % (item["path"], endpoint, problem))
         os.makedirs(os.path.dirname(state.target) or staging, exist_ok=True)
         os.replace(state.partial, state.target)
         with lock:

@@ -8,17 +8,17 @@
 
 The chain of trust:
 
-- the seed hashes each file while it writes it (:class:`StreamHash`): the Hub's digest
-  (LFS sha256 or git blob sha1) and, from the same bytes, the BitTorrent v1 piece hashes
-  (sha1 per piece). A file whose digest differs is removed; a matching one is published
-  at once: its record (:func:`record`, the piece hashes and the info-hash) goes to the
-  controller, which hands it to the site's other hosts;
-- each file is its own private torrent (:func:`info_dict`, ``private: 1``), so it can be
+- the seed hashes each file while it writes it (``common/_weights.py``'s ``StreamHash``):
+  the Hub's digest (LFS sha256 or git blob sha1) and, from the same bytes, the BitTorrent
+  v1 piece hashes (sha1 per piece). A file whose digest differs is removed; a matching one
+  is published at once: its record (``record``, the piece hashes and the info-hash) goes
+  to the controller, which hands it to the site's other hosts;
+- each file is its own private torrent (``info_dict``, ``private: 1``), so it can be
   served the moment it is verified while the seed still downloads the rest;
-- a peer adds the record it got from the controller (:func:`check_record` recomputes the
+- a peer adds the record it got from the controller (``check_record`` recomputes the
   info-hash) and libtorrent checks every piece as it arrives; the peer never reads a file
   back only to hash it. The marker records what each file was verified against
-  (:func:`against`).
+  (``against``). Every one of those checks is ``common/_weights.py``'s.
 
 :class:`Swarm` is the engine: a libtorrent session that lives only inside the model step's
 own process, with DHT, local peer discovery, UPnP and NAT-PMP off, an explicit listen port,
@@ -29,20 +29,15 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import hashlib
 import os
 import sys
 import time
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _files, _waiter
+from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _waiter
+from ansible_collections.gpufleet.sglang.plugins.module_utils.common._weights import (
+    bencode, info_dict, piece_count)
 
-SHA256 = _files.SHA256
-GIT_SHA1 = _files.GIT_SHA1
-PIECE_MIN = 256 * 1024
-PIECE_MAX = 16 * 1024 * 1024
-PIECES_TARGET = 1024
-PIECES = ".gpufleet-pieces.json"
-# Slices (docs/model-weights.md, ninth stop): on a site of SLICE_FETCHERS hosts that fetch
+# Slices (docs/experiments/model-weights-notebook.md, ninth stop): on a site of SLICE_FETCHERS hosts that fetch
 # or more, each of them takes from the feeder (the seed or the verified host whose records
 # the site takes) only its own slice of a file's pieces (slice_of), then fetches the rest
 # from the site's other hosts, without the feeder: the feeder sends each piece once, to all
@@ -61,7 +56,7 @@ SLICE_FETCHERS = 2
 # of trade: it got too small a share, the feeder's link ran 69 % busy and the slices fell
 # behind (16 shards of 16 MiB: 8 hosts 1.42-1.49x, 4 hosts 1.53-1.56x with 1; 1.33-1.38x
 # and 1.33x with 2; the fan-out 54.95 s with 1, 57.01 s with 2, 59.98 s with 3;
-# docs/model-weights.md, twelfth stop)
+# docs/experiments/model-weights-notebook.md, twelfth stop)
 SLICES_AT_ONCE = 2
 # seconds a fetcher that holds its slice may make no progress without the feeder before it
 # asks the feeder too (a host that fails or stalls inside its slice would leave its pieces
@@ -73,156 +68,6 @@ RECONNECT_S = 0.25  # seconds between reconnects of an unfinished torrent to the
 # torrent_handle.status() flags: none of the optional queries (libtorrent's default asks
 # for all of them: the piece bitfield, distributed copies, the torrent file, at each call)
 STATUS_FLAGS = 0
-
-
-class SwarmError(Exception):
-    """A refusal of the swarm (bad record, engine missing, a peer's file did not finish)."""
-
-
-# --- pieces and hashing while writing ---------------------------------------------------
-
-def piece_length(size):
-    """A power of two between 256 KiB and 16 MiB giving about 1024 pieces: a truncated or
-    corrupt file loses at most one piece of what it already holds. At least 256 KiB: the
-    seed super-seeded (before slices), revealing one piece to each peer at a time, and a piece
-    of 32 KiB (a 32 MiB shard's share of 1024) left the seed's link idle between reveals;
-    1 MiB was slower again (8 hosts, 6 MiB/s links: 77.1-79.7 s against 73.8-75.8 s with
-    256 KiB, three runs each; 64 KiB 84.3 s): a peer forwards a piece only once it holds
-    all of it and has checked it. Slices (SLICE_FETCHERS) replaced super-seeding on
-    256 KiB pieces; other sizes were not measured with them."""
-    length = PIECE_MIN
-    while length < PIECE_MAX and length * PIECES_TARGET < size:
-        length *= 2
-    return length
-
-
-class StreamHash(object):
-    """The manifest digest and the v1 piece hashes of a file, from the bytes as they are
-    written (no read back). ``algo`` is sha256 or git-sha1 (git's blob header first)."""
-
-    def __init__(self, algo, size, plen=None):
-        if algo not in (SHA256, GIT_SHA1):
-            raise SwarmError("unknown digest algorithm %r: expected sha256 or git-sha1" % algo)
-        self.digest = _files.hasher(algo, size)
-        self.size = size
-        self.plen = plen or piece_length(size)
-        self.piece = hashlib.sha1()
-        self.in_piece = 0
-        self.pieces = []
-        self.count = 0
-
-    def update(self, data):
-        self.digest.update(data)
-        self.count += len(data)
-        view = memoryview(data)
-        while len(view):
-            take = min(len(view), self.plen - self.in_piece)
-            self.piece.update(view[:take])
-            self.in_piece += take
-            view = view[take:]
-            if self.in_piece == self.plen:
-                self.pieces.append(self.piece.digest())
-                self.piece = hashlib.sha1()
-                self.in_piece = 0
-
-    def finish(self):
-        """(hex digest, concatenated piece hashes)."""
-        if self.in_piece:
-            self.pieces.append(self.piece.digest())
-            self.piece = hashlib.sha1()
-            self.in_piece = 0
-        return self.digest.hexdigest(), b"".join(self.pieces)
-
-
-def hash_existing(path, hasher, chunk=8 * 1024 * 1024):
-    """Feed the bytes already in a partial file into ``hasher`` (resume after a kill: the
-    one read of bytes that were written by a process that is gone). Returns bytes read."""
-    done = 0
-    with open(path, "rb") as handle:
-        while True:
-            block = handle.read(chunk)
-            if not block:
-                return done
-            hasher.update(block)
-            done += len(block)
-
-
-# --- torrents ---------------------------------------------------------------------------
-
-def bencode(value):
-    """BitTorrent's encoding (BEP 3): int, bytes/str, list, dict with sorted byte keys."""
-    if isinstance(value, bool):
-        value = int(value)
-    if isinstance(value, int):
-        return b"i%de" % value
-    if isinstance(value, str):
-        value = value.encode("utf-8")
-    if isinstance(value, bytes):
-        return b"%d:%s" % (len(value), value)
-    if isinstance(value, (list, tuple)):
-        return b"l" + b"".join(bencode(item) for item in value) + b"e"
-    if isinstance(value, dict):
-        items = sorted((k.encode("utf-8") if isinstance(k, str) else k, v)
-                       for k, v in value.items())
-        return b"d" + b"".join(bencode(k) + bencode(v) for k, v in items) + b"e"
-    raise SwarmError("cannot bencode %r" % (value,))
-
-
-def info_dict(path, size, plen, pieces):
-    """The v1 info dict of one file (single-file torrent named after its base name),
-    private (BEP 27: no DHT, no peer exchange, no local discovery for it)."""
-    return {"name": os.path.basename(path), "length": int(size), "piece length": int(plen),
-            "pieces": pieces, "private": 1}
-
-
-def info_hash(info):
-    return hashlib.sha1(bencode(info)).hexdigest()
-
-
-def record(entry, digest, plen, pieces, host):
-    """What the controller hands to the peers for one file: JSON-safe (hex pieces)."""
-    info = info_dict(entry["path"], entry["size"], plen, pieces)
-    return {"path": entry["path"], "size": entry["size"], "algo": entry["algo"],
-            "digest": digest, "piece_length": plen, "pieces": pieces.hex(),
-            "info_hash": info_hash(info), "seed": host}
-
-
-def piece_count(rec):
-    """The pieces of a record's file (its hex piece hashes: 40 digits a piece)."""
-    return len(rec["pieces"]) // 40
-
-
-def check_record(rec, manifest_by_path):
-    """The info dict of a record, after checking it against the manifest and its own
-    info-hash (the transport through the controller is checked, the content is checked
-    piece by piece by the engine)."""
-    entry = manifest_by_path.get(rec.get("path"))
-    if entry is None:
-        raise SwarmError("record for %r: not a file of the manifest" % rec.get("path"))
-    if rec.get("size") != entry["size"] or rec.get("digest") != entry["digest"]:
-        raise SwarmError("record for %s: size %s digest %s, the manifest says %s %s"
-                         % (entry["path"], rec.get("size"), rec.get("digest"), entry["size"],
-                            entry["digest"]))
-    pieces = bytes.fromhex(rec["pieces"])
-    plen = int(rec["piece_length"])
-    want = (entry["size"] + plen - 1) // plen
-    if len(pieces) != 20 * want:
-        raise SwarmError("record for %s: %d piece hashes, expected %d"
-                         % (entry["path"], len(pieces) // 20, want))
-    info = info_dict(entry["path"], entry["size"], plen, pieces)
-    if info_hash(info) != rec.get("info_hash"):
-        raise SwarmError("record for %s: info-hash %s does not match its pieces (%s)"
-                         % (entry["path"], rec.get("info_hash"), info_hash(info)))
-    return info
-
-
-def against(rec, how):
-    """The marker's note of what a file was verified against."""
-    if how == "hub":
-        return "%s:%s (hashed while written)" % (rec["algo"], rec["digest"])
-    return "btv1:%s (%d pieces of %d bytes made by %s from %s:%s)" % (
-        rec["info_hash"], piece_count(rec), rec["piece_length"], rec["seed"],
-        rec["algo"], rec["digest"])
 
 
 def process_io(path="/proc/self/io"):
@@ -407,7 +252,7 @@ class Swarm(object):
         nothing read back). Not libtorrent's seed mode: it hashes each piece again, read
         back from disk, the first time a peer asks for it (the seed had hashed every byte as
         it wrote it; a holder's pieces are in its records): on a repo larger than the page
-        cache, a read of the whole repo on the seed (docs/model-weights.md, tenth stop)."""
+        cache, a read of the whole repo on the seed (docs/experiments/model-weights-notebook.md, tenth stop)."""
         params = self._params(rec, save_dir, 0)
         params.have_pieces = [True] * piece_count(rec)
         return params

@@ -10,7 +10,7 @@
   (``_model_hub.download_hashing``); each verified file is published (its record appended
   to the ``published`` journal, which the controller reads) and served at once;
 - holder: a host verified already serves its copy, from the piece hashes kept beside the
-  weights (:data:`_model.PIECES`);
+  weights (``common/_weights.py``'s ``PIECES``);
 - peer: adds the records the controller appends to the ``inbox`` journal; libtorrent checks
   every piece as it arrives; nothing is read back to be hashed.
 
@@ -31,34 +31,9 @@ import socket
 import threading
 import time
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _files
+from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _files, _weights
 from ansible_collections.gpufleet.sglang.plugins.module_utils.weights import _model
 from ansible_collections.gpufleet.sglang.plugins.module_utils.weights import _lease, _model_hub, _swarm
-
-
-def load_pieces(base):
-    return _files.read_json(os.path.join(base, _model.PIECES), {}) or {}
-
-
-def save_pieces(base, records):
-    _files.write_json(os.path.join(base, _model.PIECES), records)
-
-
-def own_record(base, entry, host):
-    """The record of a verified file that has none kept: hashed from disk once (a copy
-    placed before the swarm existed)."""
-    hasher = _swarm.StreamHash(entry["algo"], entry["size"])
-    _swarm.hash_existing(os.path.join(base, entry["path"]), hasher)
-    digest, pieces = hasher.finish()
-    if digest != entry["digest"]:
-        raise _model.ModelError("%s: %s %s, expected %s; run the deep check (model_verify: "
-                                "deep)" % (entry["path"], entry["algo"], digest, entry["digest"]))
-    return _swarm.record(entry, digest, hasher.plen, pieces, host)
-
-
-def empty_ok(entry):
-    digest, _pieces = _swarm.StreamHash(entry["algo"], 0).finish()
-    return digest == entry["digest"]
 
 
 class Step(object):
@@ -132,7 +107,7 @@ class Step(object):
 
     def publish_held(self):
         """Serve (and, as feeder, publish) the files this host verified before."""
-        kept = load_pieces(self.base)
+        kept = _weights.load_pieces(self.base)
         for entry in self.manifest:
             path = entry["path"]
             if path not in self.good:
@@ -143,7 +118,7 @@ class Step(object):
             if not rec or rec.get("digest") != entry["digest"]:
                 if self.role == "peer":
                     continue  # a peer serves only what it holds records for
-                rec = own_record(self.base, entry, self.host)
+                rec = _weights.own_record(self.base, entry, self.host)
                 self.result["bytes_hashed"] += entry["size"]
                 self.result["bytes_read_to_hash"] += entry["size"]
             if self.role in ("seed", "holder"):
@@ -154,7 +129,7 @@ class Step(object):
 
     def zero_sized(self):
         for entry in self.manifest:
-            if entry["size"] == 0 and entry["path"] not in self.good and empty_ok(entry):
+            if entry["size"] == 0 and entry["path"] not in self.good and _weights.empty_ok(entry):
                 full = os.path.join(self.base, entry["path"])
                 os.makedirs(os.path.dirname(full), exist_ok=True)
                 _files.write_atomic(full, b"")
@@ -191,9 +166,9 @@ class Step(object):
         with self.lock:
             items, self.queue = self.queue, []
         for item, (digest, plen, pieces) in items:
-            rec = _swarm.record(item, digest, plen, pieces, self.host)
+            rec = _weights.record(item, digest, plen, pieces, self.host)
             self.good[item["path"]] = self._stat(item["path"])
-            self.against[item["path"]] = _swarm.against(rec, "hub")
+            self.against[item["path"]] = _weights.against(rec, "hub")
             self.result["bytes_hashed"] += item["size"]
             self._publish(rec)
             self._event("verified", item["path"])
@@ -204,9 +179,9 @@ class Step(object):
         """The staging marker after each verified file: a killed run keeps them (the next
         one neither fetches nor hashes them again)."""
         if self.role != "holder":
-            _model.write_marker(self.base, self.p["repo_id"], self.p["commit"], self.good,
-                                self.against)
-            save_pieces(self.base, self.records)
+            _weights.write_marker(self.base, self.p["repo_id"], self.p["commit"], self.good,
+                                  self.against)
+            _weights.save_pieces(self.base, self.records)
 
     # --- the peer's inbox ----------------------------------------------------------
     def read_inbox(self):
@@ -227,7 +202,7 @@ class Step(object):
                 path = rec.get("path")
                 if path in self.records:
                     continue
-                _swarm.check_record(rec, self.by_path)
+                _weights.check_record(rec, self.by_path)
                 self.records[path] = rec
                 if path not in self.good:
                     self.swarm.add(rec, os.path.dirname(os.path.join(self.base, path)))
@@ -250,7 +225,7 @@ class Step(object):
             held = self._held(path) if finished else None
             if held is not None:
                 self.good[path] = held
-                self.against[path] = _swarm.against(self.records[path], "peer")
+                self.against[path] = _weights.against(self.records[path], "peer")
                 self.result["bytes_hashed"] += self.by_path[path]["size"]
                 self.result["transferred"].append(path)
                 self._event("held", path)

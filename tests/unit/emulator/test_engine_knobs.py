@@ -151,3 +151,109 @@ def test_the_http_server_and_the_in_process_bench_agree(emus):  # noqa: F811
     assert abs(ratios["output_throughput"] - 1) < 0.10, ratios
     assert abs(ratios["mean_tpot_ms"] - 1) < 0.10, ratios
     assert abs(ratios["mean_ttft_ms"] - 1) < 0.25, ratios
+
+
+# ------------------------------------------------- each release's names (0.5.23: per phase)
+
+def test_on_0_5_23_cuda_graph_max_bs_decode_slows_decode_above_it():
+    capped = model("--cuda-graph-max-bs-decode", "8", release="0.5.23")[0]
+    free = model(release="0.5.23")[0]
+    assert capped.cuda_graph_max_bs == 8 and free.cuda_graph_max_bs == 512
+    assert capped.graphed(8) and not capped.graphed(9) and free.graphed(9)
+    above = bench.run(capped, 16, 32, 64, 128)
+    above_control = bench.run(free, 16, 32, 64, 128)
+    assert above["mean_tpot_ms"] > 1.2 * above_control["mean_tpot_ms"]
+    assert above["output_throughput"] < above_control["output_throughput"] / 1.2
+    below = bench.run(capped, 8, 32, 64, 128)
+    assert below["mean_tpot_ms"] == pytest.approx(bench.run(free, 8, 32, 64, 128)["mean_tpot_ms"])
+    # 0.5.9's spelling does not exist in 0.5.23 (argparse refuses it), nor 0.5.23's in 0.5.9
+    with pytest.raises(bench.StartFailure, match="argparse exit 2"):
+        model("--cuda-graph-max-bs", "8", release="0.5.23")
+    with pytest.raises(bench.StartFailure, match="argparse exit 2"):
+        model("--cuda-graph-max-bs-decode", "8", release="0.5.9")
+
+
+def _winner(candidates, concurrency, release):
+    results = dict((name, bench.run(model(*argv, release=release)[0], concurrency, 3 * concurrency, 64, 128))
+                   for name, argv in candidates.items())
+    return max(results, key=lambda name: results[name]["output_throughput"]), results
+
+
+@pytest.mark.parametrize("release,flag", [("0.5.23", "--cuda-graph-max-bs-decode"),
+                                          ("0.5.9", "--cuda-graph-max-bs")])
+def test_the_decode_graph_limit_changes_which_candidate_wins(release, flag):
+    """At 24 in flight, a batch of 24 in CUDA graphs beats a batch capped at 20; the same
+    batch of 24 run eager (its graphs end at 8) loses to it."""
+    for limit, expected in (("512", "batch-24"), ("8", "capped-20")):
+        candidates = {"batch-24": [flag, limit], "capped-20": ["--max-running-requests", "20"]}
+        winner, results = _winner(candidates, 24, release)
+        assert winner == expected, (limit, dict((k, v["output_throughput"]) for k, v in results.items()))
+
+
+def test_0_5_23_turns_the_decode_graph_off_under_each_of_its_names():
+    control = model(release="0.5.23")[0]
+    assert control.graphed(1)
+    for argv in (["--cuda-graph-backend-decode", "disabled"], ["--disable-decode-cuda-graph"],
+                 ["--cuda-graph-config", '{"decode": {"backend": "disabled"}}'],
+                 ["--disable-cuda-graph"]):  # deprecated there, still honoured (cuda_graph_hook.py:55-57)
+        assert not model(*argv, release="0.5.23")[0].graphed(1), argv
+    # the prefill phase's switch leaves decode graphed
+    assert model("--disable-prefill-cuda-graph", release="0.5.23")[0].graphed(1)
+    # the JSON wins over the per-phase flag (explicit JSON > convenience)
+    mixed = model("--cuda-graph-max-bs-decode", "64", "--cuda-graph-config", '{"decode": {"max_bs": 8}}',
+                  release="0.5.23")[0]
+    assert mixed.cuda_graph_max_bs == 8
+
+
+@pytest.mark.parametrize("release,bs_flag", [("0.5.9", "--cuda-graph-bs"), ("0.5.23", "--cuda-graph-bs-decode")])
+def test_an_explicit_capture_list_sets_the_limit_and_padding_decides_between(release, bs_flag):
+    listed = model(bs_flag, "8", "16", release=release)[0]
+    assert listed.cuda_graph_max_bs == 16 and listed.graphed(12) and not listed.graphed(17)
+    exact = model(bs_flag, "8", "16", "--disable-cuda-graph-padding", release=release)[0]
+    assert exact.graphed(8) and exact.graphed(16) and not exact.graphed(12)
+    padded = bench.run(listed, 12, 24, 64, 128)
+    unpadded = bench.run(exact, 12, 24, 64, 128)
+    assert unpadded["mean_tpot_ms"] > 1.2 * padded["mean_tpot_ms"]
+
+
+def test_the_largest_captured_size_is_the_limit_per_release():
+    """0.5.9 captures the steps up to --cuda-graph-max-bs (20 -> ..., 12, 16) and its runner's
+    max_bs is the largest of them; 0.5.23 appends the max itself."""
+    old = model("--cuda-graph-max-bs", "20")[0]
+    new = model("--cuda-graph-max-bs-decode", "20", release="0.5.23")[0]
+    assert old.cuda_graph_max_bs == 16 and not old.graphed(17)
+    assert new.cuda_graph_max_bs == 20 and new.graphed(20) and not new.graphed(21)
+
+
+def test_0_5_23_cuts_a_default_decode_limit_to_max_running_requests():
+    """memory_hook.py:182-188 (0.5.23 only): a default decode max bs above
+    --max-running-requests becomes it; an explicit one stays."""
+    assert model("--max-running-requests", "12", release="0.5.23")[0].cuda_graph_max_bs == 12
+    assert model("--max-running-requests", "12")[0].cuda_graph_max_bs == 512
+    assert model("--max-running-requests", "12", "--cuda-graph-max-bs-decode", "64",
+                 release="0.5.23")[0].cuda_graph_max_bs == 64
+
+
+# the engine's knobs in each release's spelling: the flag, its value, what it sets
+KNOBS = {
+    "0.5.9": [("--cuda-graph-max-bs", "8"), ("--cuda-graph-bs", "8", "16"), ("--disable-cuda-graph",),
+              ("--disable-cuda-graph-padding",)],
+    "0.5.23": [("--cuda-graph-max-bs-decode", "8"), ("--cuda-graph-bs-decode", "8", "16"),
+               ("--cuda-graph-backend-decode", "disabled"), ("--disable-decode-cuda-graph",),
+               ("--cuda-graph-config", '{"decode": {"max_bs": 8}}'), ("--disable-cuda-graph-padding",)],
+}
+COMMON = [("--max-running-requests", "12"), ("--chunked-prefill-size", "1024"), ("--enable-mixed-chunk",),
+          ("--mem-fraction-static", "0.80"), ("--max-total-tokens", "100000")]
+
+
+@pytest.mark.parametrize("release", ["0.5.9", "0.5.23"])
+def test_every_engine_knob_changes_the_model_under_the_release_s_name(release):
+    control = model(release=release)[0].describe()
+    for argv in KNOBS[release] + COMMON:
+        if argv[0] == "--disable-cuda-graph-padding":
+            base = model("--cuda-graph-max-bs" if release == "0.5.9" else "--cuda-graph-max-bs-decode",
+                         "16", release=release)[0]
+            changed = model(*argv, release=release)[0]
+            assert (base.cuda_graph_bs, base.cuda_graph_padding) != (changed.cuda_graph_bs, changed.cuda_graph_padding)
+            continue
+        assert model(*argv, release=release)[0].describe() != control, argv

@@ -6,10 +6,10 @@ import urllib.request
 
 import pytest
 
+from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _weights
 from ansible_collections.gpufleet.sglang.plugins.module_utils.weights import (
     _model,
-    _model_hub,
-    _swarm)
+    _model_hub)
 from hub_double import REPO_ID
 
 pytest.importorskip("huggingface_hub")
@@ -78,16 +78,16 @@ def test_download_verify_marker_quick_and_deep(hub, tmp_path):
     _resumed, _removed, streamed, _gets = _model_hub.download_hashing(
         staging, REPO_ID, commit, manifest, hub.endpoint, chunk=64 * 1024)
     assert set(streamed) == set(m["path"] for m in manifest)
-    good, bad, hashed = _model.verify_files(staging, manifest, workers=3)
+    good, bad, hashed = _weights.verify_files(staging, manifest, workers=3)
     assert not bad and hashed == _model.total_bytes(manifest)
     # what was hashed while written is what a read back gives
     assert all(streamed[m["path"]][0] == m["digest"] for m in manifest)
     _model.write_json(os.path.join(staging, _model.MANIFEST), {"files": manifest})
-    _model.write_marker(staging, REPO_ID, commit, good)
+    _weights.write_marker(staging, REPO_ID, commit, good)
     final = str(tmp_path / "final")
     _model.place(staging, final)
-    assert _model.quick_check(final, commit)["verified"]
-    assert not _model.quick_check(final, "0" * 40)["verified"]
+    assert _weights.quick_check(final, commit)["verified"]
+    assert not _weights.quick_check(final, "0" * 40)["verified"]
     # a byte flipped in place with size and mtime kept: the quick check cannot see it ...
     shard = os.path.join(final, "model-00002-of-00003.safetensors")
     st = os.stat(shard)
@@ -97,14 +97,14 @@ def test_download_verify_marker_quick_and_deep(hub, tmp_path):
         handle.seek(1000)
         handle.write(bytes([byte[0] ^ 1]))
     os.utime(shard, ns=(st.st_atime_ns, st.st_mtime_ns))
-    assert _model.quick_check(final, commit)["verified"]
+    assert _weights.quick_check(final, commit)["verified"]
     # ... hashing can
-    _good, bad, _hashed = _model.verify_files(final, manifest)
+    _good, bad, _hashed = _weights.verify_files(final, manifest)
     assert list(bad) == ["model-00002-of-00003.safetensors"]
     # a truncation with a new mtime: the quick check sees it
     with open(shard, "r+b") as handle:
         handle.truncate(100)
-    state = _model.quick_check(final, commit)
+    state = _weights.quick_check(final, commit)
     assert not state["verified"] and "100 bytes" in state["problems"][0]
 
 
@@ -235,7 +235,7 @@ def test_a_cut_range_is_fetched_again_alone(hub, tmp_path):
 
 
 def test_an_ordered_file_writes_the_head_through_and_holds_the_rest(tmp_path):
-    hasher = _swarm.StreamHash("sha256", 9)
+    hasher = _weights.StreamHash("sha256", 9)
     partial = str(tmp_path / "p")
     state = _model_hub.OrderedFile({"path": "f"}, partial, str(tmp_path / "f"), 0, hasher)
     first, second, third = state.sink(0, 2), state.sink(3, 5), state.sink(6, 8)

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _files
+from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _files, _weights
 from ansible_collections.gpufleet.sglang.plugins.module_utils.weights import (
     _model,
     _model_hub,
@@ -120,7 +120,7 @@ def _seed_and_peers(hub, tmp_path, addrs, port, sliced, session="s1"):
     assert counters["file_bytes_total"] == _model.total_bytes(manifest)  # one Hub copy
     nonempty = [e for e in manifest if e["size"] > 0]
     for i, base in enumerate(bases):
-        good, bad, _hashed = _model.verify_files(base, manifest)
+        good, bad, _hashed = _weights.verify_files(base, manifest)
         assert not bad, (i, bad)
         assert results[i]["bytes_read_to_hash"] == 0
         assert results[i]["engine_disk"]["read_back"] == 0  # nor did the engine, serving
@@ -142,7 +142,7 @@ def _seed_and_peers(hub, tmp_path, addrs, port, sliced, session="s1"):
     assert all(steps[0].against[e["path"]].startswith(e["algo"] + ":") for e in manifest)
     # the files of more pieces than fetchers were sliced: each peer added them again
     # once it held its slice; the others (and every file without fetchers) were not
-    pieces = dict((e["path"], int(math.ceil(e["size"] / float(_swarm.piece_length(e["size"])))))
+    pieces = dict((e["path"], int(math.ceil(e["size"] / float(_weights.piece_length(e["size"])))))
                   for e in nonempty)
     sliced_paths = sorted(p for p, count in pieces.items() if sliced and count >= n - 1)
     assert not sliced or sliced_paths
@@ -168,18 +168,18 @@ def _seed_and_peers(hub, tmp_path, addrs, port, sliced, session="s1"):
 def test_a_record_that_does_not_match_the_manifest_is_refused(hub):
     commit, manifest, _xet = _model_hub.resolve(hub.endpoint, REPO_ID, "main")
     entry = [e for e in manifest if e["size"] > 0][0]
-    hasher = _swarm.StreamHash(entry["algo"], entry["size"])
+    hasher = _weights.StreamHash(entry["algo"], entry["size"])
     hasher.update(b"x" * entry["size"])
     digest, pieces = hasher.finish()
-    rec = _swarm.record(entry, entry["digest"], hasher.plen, pieces, "h")
+    rec = _weights.record(entry, entry["digest"], hasher.plen, pieces, "h")
     by_path = {entry["path"]: entry}
-    _swarm.check_record(rec, by_path)  # its own info-hash matches
+    _weights.check_record(rec, by_path)  # its own info-hash matches
     forged = dict(rec, pieces=("00" * 20) + rec["pieces"][40:])
-    with pytest.raises(_swarm.SwarmError) as refused:
-        _swarm.check_record(forged, by_path)
+    with pytest.raises(_weights.SwarmError) as refused:
+        _weights.check_record(forged, by_path)
     assert "does not match its pieces" in str(refused.value)
-    with pytest.raises(_swarm.SwarmError):
-        _swarm.check_record(dict(rec, digest="0" * 64), by_path)
+    with pytest.raises(_weights.SwarmError):
+        _weights.check_record(dict(rec, digest="0" * 64), by_path)
 
 
 def test_holders_repair_a_truncated_shard_with_no_hub_byte(hub, tmp_path, swarm_port):
@@ -193,7 +193,7 @@ def test_holders_repair_a_truncated_shard_with_no_hub_byte(hub, tmp_path, swarm_
     # place a verified copy on hosts 0 and 1 the way a seed does (hashing while writing)
     _resumed, _removed, hashed, _gets = _model_hub.download_hashing(
         bases[0], REPO_ID, commit, manifest, hub.endpoint)
-    records = dict((e["path"], _swarm.record(e, *hashed[e["path"]], host="h0")) for e in manifest
+    records = dict((e["path"], _weights.record(e, *hashed[e["path"]], host="h0")) for e in manifest
                    if e["size"] > 0)
     import shutil
     shutil.rmtree(os.path.join(bases[0], ".cache"))
@@ -223,12 +223,12 @@ def test_holders_repair_a_truncated_shard_with_no_hub_byte(hub, tmp_path, swarm_
         thread.join(30)
     assert out == {"holder127.0.0.1": True, "holder127.0.0.2": True, "peer127.0.0.3": True}
     assert hub.state.counters()["file_bytes_total"] == before  # 0 Hub bytes
-    _good, bad, _hashed = _model.verify_files(bases[2], [shard])
+    _good, bad, _hashed = _weights.verify_files(bases[2], [shard])
     assert not bad
     assert results[2]["transferred"] == [shard["path"]]
     # only what was missing, to a piece: at most one piece more than the lost part, besides
     # the end game's blocks received twice (reported apart)
-    plen = _swarm.piece_length(shard["size"])
+    plen = _weights.piece_length(shard["size"])
     unique = results[2]["bytes_transferred"] - results[2]["bytes_redundant"]
     assert shard["size"] - keep <= unique <= shard["size"] - keep + plen
     assert results[0]["bytes_read_to_hash"] == results[1]["bytes_read_to_hash"] == 0
@@ -241,11 +241,11 @@ def _served_file(folder, name, size):
     folder.mkdir(parents=True, exist_ok=True)
     with open(str(folder / name), "wb") as handle:
         handle.write(data)
-    hasher = _swarm.StreamHash("sha256", size)
+    hasher = _weights.StreamHash("sha256", size)
     hasher.update(data)
     digest, pieces = hasher.finish()
     entry = {"path": name, "size": size, "algo": "sha256", "digest": digest}
-    return _swarm.record(entry, digest, hasher.plen, pieces, "feeder")
+    return _weights.record(entry, digest, hasher.plen, pieces, "feeder")
 
 
 def _fetch_without_the_other_fetcher(tmp_path, port, stall_s, monkeypatch, until):
@@ -256,7 +256,7 @@ def _fetch_without_the_other_fetcher(tmp_path, port, stall_s, monkeypatch, until
     most. Returns (the fetcher's state of the file, the pieces of its slice, the bytes the
     feeder sent, the files the fetcher moved)."""
     monkeypatch.setattr(_swarm, "STALL_S", stall_s)
-    rec = _served_file(tmp_path / "feeder", "shard.bin", 4 * _swarm.PIECE_MIN + 5)
+    rec = _served_file(tmp_path / "feeder", "shard.bin", 4 * _weights.PIECE_MIN + 5)
     addrs = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
     feeder = _swarm.Swarm(lt, addrs[0], port, addrs, addrs, feeder=addrs[0],
                           fetchers=addrs[1:])
@@ -289,7 +289,7 @@ def test_a_fetcher_asks_the_feeder_again_when_its_site_stalls(tmp_path, swarm_po
     sent its slice only."""
     state, mine, served, moved = _fetch_without_the_other_fetcher(
         tmp_path / "control", swarm_port, 1000.0, monkeypatch, until="moved")
-    plen = _swarm.PIECE_MIN
+    plen = _weights.PIECE_MIN
     slice_bytes = sum(plen if i < 4 else 5 for i in mine)
     assert moved == ["shard.bin"]  # it held its slice, and was added again without the feeder
     assert state[0] is False and state[1] == slice_bytes
@@ -303,11 +303,11 @@ def test_a_fetcher_asks_the_feeder_again_when_its_site_stalls(tmp_path, swarm_po
 
 def _rec_for(tmp_path, path, size):
     data = os.urandom(size)
-    hasher = _swarm.StreamHash("sha256", size)
+    hasher = _weights.StreamHash("sha256", size)
     hasher.update(data)
     digest, pieces = hasher.finish()
     entry = {"path": path, "size": size, "algo": "sha256", "digest": digest}
-    return entry, _swarm.record(entry, digest, hasher.plen, pieces, "seed")
+    return entry, _weights.record(entry, digest, hasher.plen, pieces, "seed")
 
 
 def test_the_inbox_is_read_only_when_it_grew(tmp_path, swarm_port, monkeypatch):
@@ -402,7 +402,7 @@ def _outsider_gets(tmp_path, port, admitted, wait_s):
     """A seed at 127.0.0.1 whose site is 127.0.0.1-2 (plus 127.0.0.4 when ``admitted``)
     serves a file; 127.0.0.4 knows its record and connects. Returns the outsider's bytes
     and the seconds it took to get them all (or ``wait_s``)."""
-    rec = _served_file(tmp_path / "seed", "shard.bin", 2 * _swarm.PIECE_MIN)
+    rec = _served_file(tmp_path / "seed", "shard.bin", 2 * _weights.PIECE_MIN)
     site = ["127.0.0.1", "127.0.0.2"] + (["127.0.0.4"] if admitted else [])
     seed = _swarm.Swarm(lt, "127.0.0.1", port, site, site)
     outsider = _swarm.Swarm(lt, "127.0.0.4", port, ["127.0.0.1"], ["127.0.0.1"])
@@ -425,7 +425,7 @@ def test_a_host_outside_the_site_gets_no_byte(tmp_path, swarm_port, monkeypatch)
     outside the site that knows a file's record connects and gets nothing. The controls: the
     same host admitted to the site gets the file, and so does the outsider when torrents do
     not apply the filter (libtorrent's default flags replaced without it, as before)."""
-    size = 2 * _swarm.PIECE_MIN
+    size = 2 * _weights.PIECE_MIN
     got, took = _outsider_gets(tmp_path / "in", swarm_port, admitted=True, wait_s=60.0)
     assert got == size
     # refused: nothing in twice the time the admitted host took for all of it (3 s at least)
@@ -487,7 +487,7 @@ def test_a_fetcher_asks_for_so_many_slices_at_a_time(tmp_path, swarm_port, monke
     monkeypatch.setattr(_swarm, "SLICES_AT_ONCE", at_once)
     addrs = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
     names = ["a.bin", "b.bin", "c.bin"]
-    recs = [_served_file(tmp_path / "feeder", name, 4 * _swarm.PIECE_MIN) for name in names]
+    recs = [_served_file(tmp_path / "feeder", name, 4 * _weights.PIECE_MIN) for name in names]
     feeder = _swarm.Swarm(lt, addrs[0], swarm_port, addrs, addrs, feeder=addrs[0],
                           fetchers=addrs[1:])
     fetcher = _swarm.Swarm(lt, addrs[1], swarm_port, addrs, addrs, feeder=addrs[0],
@@ -529,7 +529,7 @@ def test_a_fetcher_asks_for_so_many_slices_at_a_time(tmp_path, swarm_port, monke
 def _served_and_hashed(tmp_path, port):
     """A holder (127.0.0.1) serves a verified file of 6 pieces and 5 bytes to a peer
     (127.0.0.2). Returns the bytes the peer holds and each host's engine disk counters."""
-    rec = _served_file(tmp_path / "holder", "shard.bin", 6 * _swarm.PIECE_MIN + 5)
+    rec = _served_file(tmp_path / "holder", "shard.bin", 6 * _weights.PIECE_MIN + 5)
     addrs = ["127.0.0.1", "127.0.0.2"]
     holder = _swarm.Swarm(lt, addrs[0], port, addrs, addrs)
     peer = _swarm.Swarm(lt, addrs[1], port, addrs, addrs)
@@ -554,7 +554,7 @@ def test_a_verified_file_is_served_without_reading_it_back_to_hash_it(tmp_path, 
     does the peer, which hashes each piece as it arrives. The control: added in libtorrent's
     seed mode, the same file is read back and hashed, piece by piece, the first time a peer
     asks for it."""
-    size = 6 * _swarm.PIECE_MIN + 5
+    size = 6 * _weights.PIECE_MIN + 5
     blocks = math.ceil(size / 16384.0)
     held, holder, peer = _served_and_hashed(tmp_path / "held", swarm_port)
     assert held == size
@@ -574,7 +574,7 @@ def _lease_step(tmp_path, port, role, lease):
     """One host's step with a ``lease``: a holder of a verified file (complete), or a peer
     handed the record of a file nobody serves (incomplete, nothing moves). Runs in a thread;
     returns (step, out, thread)."""
-    rec = _served_file(tmp_path / "base", "f0.bin", 3 * _swarm.PIECE_MIN + 7)
+    rec = _served_file(tmp_path / "base", "f0.bin", 3 * _weights.PIECE_MIN + 7)
     entry = dict((k, rec[k]) for k in ("path", "size", "algo", "digest"))
     base = str(tmp_path / "base")
     good = {}

@@ -4,16 +4,22 @@
 
 1. The JSON's points are exactly the journal's: one per measured trial of this tune and
    concurrency, x = tok/s per user, y = output tok/s per GPU (from each line's metrics).
-2. The JSON's frontier is the Pareto frontier of those points, computed here on its own
-   (a point is on it when no other point is at least as good on both axes and better on
-   one), in x order.
+2. The JSON's frontier is the Pareto frontier of the points meeting the SLO (its
+   ``frontier_over`` says ``meets_slo``), computed here on its own (a point is on it when
+   no other such point is at least as good on both axes and better on one), in x order; no
+   point missing the SLO is on it.
 3. The PNG beside the JSON (decoded here with zlib, no imaging library) draws exactly them:
    each point's pixel position is computed from the JSON alone (matplotlib's default axes
-   box of a 9x6 in, 100 dpi figure, its 5 % autoscale margins over the points and the
-   shaded band, log where the JSON's axes say so), and a marker of the point's colour
-   (blue: meets the SLO; gray: misses it; the winner, and any point the winner's star
-   covers, red) must be within 4 px of it; every blue marker blob outside the legend must
-   sit on a JSON point; the frontier line (orange) is drawn when it has two points or more.
+   box of a 9x6 in, 100 dpi figure; the x range over the points and the TPOT target with
+   5 % margins, which must be the JSON's ``axes.x_range``; the y range matplotlib's 5 %
+   autoscale margins over the points; log where the JSON's axes say so), and a marker of
+   the point's colour (blue: meets the SLO; gray: misses it; the winner, and any point the
+   winner's star covers, red) must be within 4 px of it; every blue marker blob outside
+   the legend must sit on a JSON point; the frontier line (orange) is drawn when it has two
+   points or more.
+4. The band outside the TPOT target runs from the plot's left edge to 1000 / tpot_p99_ms:
+   the band's tint fills most of the axes' height just inside the left edge and just left
+   of the target, and not just right of it.
 Prints a JSON summary; exits 1 with the reasons when a check fails.
 """
 
@@ -99,23 +105,37 @@ AXES_PX = (112.5, 810.0, 72.0, 534.0)  # left, right, top, bottom of the default
 STAR_RADIUS_PX = 10.3  # the winner's marker: sqrt(220) pt across at 100 dpi, halved
 
 
+BAND = (251, 238, 238)  # tab:red at alpha 0.08 over white
+
+
+def _scale(values, log):
+    import math  # pylint: disable=import-outside-toplevel
+    vals = [math.log10(v) for v in values] if log else list(values)
+    lo, hi = min(vals), max(vals)
+    margin = 0.05 * (hi - lo)
+    return lo - margin, hi + margin, log
+
+
+def x_range(report):
+    """The x range the chart must have: the points and the TPOT target, 5 % margins."""
+    axes = report.get("axes") or {}
+    xs = [p["x"] for p in report["points"]]
+    limit = axes.get("tpot_limit_x")
+    if xs and limit:
+        xs = xs + [limit]
+    lo, hi, log = _scale(xs, axes.get("x_log"))
+    return [10 ** lo, 10 ** hi] if log else [lo, hi]
+
+
 def transform(report):
     """data (x, y) -> pixel (col, row) as matplotlib lays the report's chart out."""
     import math  # pylint: disable=import-outside-toplevel
     axes = report.get("axes") or {}
-    xs = [p["x"] for p in report["points"]]
     ys = [p["y"] for p in report["points"]]
-    limit = axes.get("tpot_limit_x")
-    if xs and limit:
-        xs = xs + [min(*xs, limit) * 0.8, limit]
-
-    def scale(values, log):
-        vals = [math.log10(v) for v in values] if log else list(values)
-        lo, hi = min(vals), max(vals)
-        margin = 0.05 * (hi - lo)
-        return lo - margin, hi + margin, log
-
-    sx, sy = scale(xs, axes.get("x_log")), scale(ys, axes.get("y_log"))
+    lo, hi = x_range(report)
+    log = axes.get("x_log")
+    sx = (math.log10(lo), math.log10(hi), log) if log else (lo, hi, log)
+    sy = _scale(ys, axes.get("y_log"))
     left, right, top, bottom = AXES_PX
 
     def to_px(x, y):
@@ -158,6 +178,14 @@ def centroids(rows, rgb, tol=12, min_size=6):
     return out
 
 
+def band_share(rows, col, rgb=BAND, tol=3):
+    """The share of the axes' rows whose pixel in column ``col`` has the band's tint."""
+    _left, _right, top, bottom = AXES_PX
+    ys = range(int(top) + 2, int(bottom) - 1)
+    hits = sum(1 for y in ys if all(abs(rows[y][int(col)][k] - rgb[k]) <= tol for k in range(3)))
+    return hits / float(len(ys))
+
+
 def pareto(points):
     front = [p for p in points
              if not any((q["x"] >= p["x"] and q["y"] >= p["y"]) and (q["x"] > p["x"] or q["y"] > p["y"])
@@ -183,10 +211,21 @@ def main(argv=None):
     if got != expect:
         problems.append("the JSON's points are not the journal's: %s != %s" % (got, expect))
 
-    mine = [(p["id"], p["concurrency"]) for p in pareto(report["points"])]
+    if report.get("frontier_over") != "meets_slo":
+        problems.append("the JSON does not say its frontier is over the points meeting the SLO: %r"
+                        % (report.get("frontier_over"),))
+    mine = [(p["id"], p["concurrency"]) for p in pareto([p for p in report["points"] if p["meets_slo"]])]
     theirs = [(p["id"], p["concurrency"]) for p in report["frontier"]]
     if mine != theirs:
-        problems.append("the JSON's frontier %s is not the Pareto frontier %s" % (theirs, mine))
+        problems.append("the JSON's frontier %s is not the Pareto frontier of the points meeting the SLO %s"
+                        % (theirs, mine))
+    missing = set((p["id"], p["concurrency"]) for p in report["points"] if not p["meets_slo"])
+    if missing & set(theirs):
+        problems.append("the frontier runs through points missing the SLO: %s" % sorted(missing & set(theirs)))
+    want_range = x_range(report) if report["points"] else None
+    got_range = (report.get("axes") or {}).get("x_range")
+    if want_range and (not got_range or any(abs(a - b) > 1e-6 * max(abs(b), 1) for a, b in zip(got_range, want_range))):
+        problems.append("the JSON's x range %s is not the points' and the target's %s" % (got_range, want_range))
 
     png = args.report[:-len(".json")] + ".png"
     width, height, rows = read_png(png)
@@ -216,9 +255,28 @@ def main(argv=None):
         problems.append("the chart draws no frontier line")
     if report.get("winner") and max(found["red"] or [0]) < 30:
         problems.append("the chart does not mark the winner")
+    limit = (report.get("axes") or {}).get("tpot_limit_x")
+    band = {}
+    if report["points"] and limit:
+        left, right = AXES_PX[0], AXES_PX[1]
+        edge = to_px(limit, report["points"][0]["y"])[0]
+        # the spine and its anti-aliased edge take the first two columns inside the axes
+        band = {"left_edge": round(band_share(rows, left + 4), 3), "target_px": round(edge, 1)}
+        if band["left_edge"] < 0.5:
+            problems.append("the band outside the TPOT target does not start at the left edge "
+                            "(%.0f %% of column %d tinted)" % (100 * band["left_edge"], left + 4))
+        if edge - 3 > left + 4:
+            band["below_target"] = round(band_share(rows, edge - 3), 3)
+            if band["below_target"] < 0.5:
+                problems.append("the band does not reach the TPOT target at x %.0f px" % edge)
+        if edge + 3 < right - 2:
+            band["above_target"] = round(band_share(rows, edge + 3), 3)
+            if band["above_target"] > 0.05:
+                problems.append("the band runs past the TPOT target at x %.0f px" % edge)
 
     summary = {"points": len(got), "frontier": theirs, "png": [width, height],
-               "blobs": {k: len([b for b in v if b >= 6]) for k, v in found.items()}, "problems": problems}
+               "blobs": {k: len([b for b in v if b >= 6]) for k, v in found.items()}, "band": band,
+               "problems": problems}
     print(json.dumps(summary))
     return 1 if problems else 0
 

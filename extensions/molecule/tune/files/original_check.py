@@ -3,8 +3,9 @@ server's starts from phase ``original-before`` to phase ``before`` (the run in b
 
     python original_check.py --work DIR --hosts h1,h2,h3,h4 --journal journal-original.jsonl
 
-Prints one JSON document: the journal's trials (id, host, status), per host the number of
-new starts and the argv of its last start before and after the run.
+Prints one JSON document: the journal's trials (id, host, status, started, wall_s), its
+``original`` and ``stays`` lines, per host the number of new starts and the argv of its last
+start before and after the run.
 """
 
 import argparse
@@ -36,10 +37,17 @@ def main(argv=None):
             "layouts_loaded": [s.get("layout") for s in after[len(before):]],
         }
         hosts[host]["same_argv"] = hosts[host]["argv_before"] == hosts[host]["argv_after"]
+    lines = _lines(args.journal)
     trials = [{"id": t["candidate"]["id"], "host": t.get("host"), "status": t.get("status"),
-               "strategy": t["candidate"].get("strategy")}
-              for t in _lines(args.journal) if t.get("kind") == "trial"]
-    print(json.dumps({"trials": trials, "hosts": hosts}))
+               "strategy": t["candidate"].get("strategy"), "started": t.get("started"),
+               "wall_s": t.get("wall_s")}
+              for t in lines if t.get("kind") == "trial"]
+    # what each host served before the tune (written once per tune) and what it left there
+    originals = [{"host": t.get("host"), "deployed": t.get("deployed"), "strategy": t.get("strategy")}
+                 for t in lines if t.get("kind") == "original"]
+    stays = [{"host": t.get("host"), "keep": t.get("keep"), "strategy": t.get("strategy")}
+             for t in lines if t.get("kind") == "stays"]
+    print(json.dumps({"trials": trials, "hosts": hosts, "originals": originals, "stays": stays}))
     return 0
 
 

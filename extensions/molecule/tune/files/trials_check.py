@@ -121,8 +121,12 @@ def main(argv=None):
     def wall(lines):
         if not lines:
             return 0.0
+        # a trial's own wall_s ends at its measurement, not at its journal line: the round
+        # starts at the first trial's start
         ends = [_time(t["time"]) for t in lines]
-        return max(ends) - min(e - float(t["wall_s"]) for e, t in zip(ends, lines))
+        starts = [float(t["started"]) if t.get("started") is not None else e - float(t["wall_s"])
+                  for e, t in zip(ends, lines)]
+        return max(ends) - min(starts)
 
     one = by_phase[phases[1]][0] if by_phase[phases[1]] else None
 

@@ -105,10 +105,18 @@ def test_without_gpu_variables_the_layout_is_left_to_the_host(run):
 
 
 def test_a_given_gpu_count_still_checks_the_layout_on_the_controller(run):
+    # a strategy that does not fit the count given is the host's to judge: the host compares
+    # the count with its GPUs first ("sglang_gpu_count is 8, but h1 has 4 GPUs (...)"), then
+    # fits the strategy with these words (issue 42: the controller named only the count)
     proc, results = run(dict(GOOD, strategy="tp4"))
-    assert proc.returncode != 0
-    assert results["h1"]["msg"].startswith(
-        "h1: strategy 'tp4' needs tp*pp = 4*1 = 4 GPUs, but the server has 8")
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    assert results["h1"]["layout_checked"] is False
+    assert results["h1"]["layout"]["gpus"] == 4 and results["h1"]["gpus"]["count"] == 8
+    assert results["h1"]["deferred"].startswith(
+        "strategy 'tp4' needs tp*pp = 4*1 = 4 GPUs, but the server has 8")
+    # the grammar is still the controller's
+    proc, results = run(dict(GOOD, strategy="tp4-ep3"))
+    assert proc.returncode != 0 and "ep 3 does not divide tp 4" in results["h1"]["msg"]
     proc, results = run(GOOD)
     assert results["h1"]["layout_checked"] is True
     assert results["h1"]["gpus"] == {"count": 8, "memory_mib": 97887}

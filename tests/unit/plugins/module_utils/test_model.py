@@ -4,6 +4,7 @@ import os
 
 import pytest
 
+from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _weights
 from ansible_collections.gpufleet.sglang.plugins.module_utils.weights import _fanout, _model
 
 
@@ -12,8 +13,8 @@ def test_git_blob_sha1_matches_git():
     path = "/tmp/gpufleet-hello"
     with open(path, "wb") as handle:
         handle.write(b"hello\n")
-    assert _model.file_digest(path, _model.GIT_SHA1) == "ce013625030ba8dba906f756967f9e9ca394464a"
-    assert _model.file_digest(path, _model.SHA256) == hashlib.sha256(b"hello\n").hexdigest()
+    assert _weights.file_digest(path, _model.GIT_SHA1) == "ce013625030ba8dba906f756967f9e9ca394464a"
+    assert _weights.file_digest(path, _model.SHA256) == hashlib.sha256(b"hello\n").hexdigest()
     os.unlink(path)
 
 
@@ -32,10 +33,10 @@ def test_manifest_from_tree_and_allow_patterns():
 
 
 def test_model_path_and_staging():
-    assert _model.model_path("/models", "org/name", "main") == "/models/org--name/main"
+    assert _weights.model_path("/models", "org/name", "main") == "/models/org--name/main"
     assert _model.staging_path("/models/org--name/main") == "/models/org--name/.main.staging"
     with pytest.raises(_model.ModelError):
-        _model.model_path("/models", "noslash", "main")
+        _weights.model_path("/models", "noslash", "main")
 
 
 def test_clean_orphans_keeps_manifest_and_own_files(tmp_path):
@@ -76,38 +77,22 @@ def test_plan_per_site_and_verified_hosts_skip_the_hub():
                                                         "site_addresses": {"s": ["x"]}}
 
 
-def test_rounds_needed_and_placement_time():
-    assert [_fanout.rounds_needed(n) for n in (1, 2, 3, 16, 17, 256)] == [0, 1, 2, 4, 5, 8]
-    size = 548e9
-    wan, lan = 10e9 / 8, 100e9 / 8  # 10 Gbit/s WAN, 100 Gbit/s LAN
-    assert _fanout.placement_time(size, 16, wan, lan, "hub") == pytest.approx(size * 16 / wan)
-    assert _fanout.placement_time(size, 16, wan, lan, "doubling") == pytest.approx(
-        size / wan + 4 * size / lan)
-    hashing = 8 * 150 * 2 ** 20  # 8 cores
-    assert _fanout.placement_time(size, 16, wan, lan, "doubling", hash_bps=hashing) == \
-        pytest.approx(size / wan + size / hashing + 4 * (size / lan + size / hashing))
-    rows = _fanout.figures(size, [16, 256], wan, lan)
-    assert rows[1]["rounds"] == 8 and rows[1]["doubling_s"] < rows[1]["hub_s"] / 50
-    with pytest.raises(ValueError):
-        _fanout.placement_time(size, 16, wan, lan, "carrier-pigeon")
-
-
 def test_server_preflight_refuses_an_unverified_model_dir(tmp_path):
     from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare import _preflight
     commit = "a" * 40
     (tmp_path / "config.json").write_text("{}")
     manifest = [{"path": "config.json", "size": 2, "algo": _model.GIT_SHA1,
-                 "digest": _model.file_digest(str(tmp_path / "config.json"), _model.GIT_SHA1)}]
+                 "digest": _weights.file_digest(str(tmp_path / "config.json"), _model.GIT_SHA1)}]
     # no marker: refused with the commit and the variable named
     with pytest.raises(_preflight.PreflightError) as refused:
         _preflight.check_model_dir(str(tmp_path), "h1", commit)
     assert "not verified for commit %s" % commit in str(refused.value)
     assert "server_model_commit" in str(refused.value)
     # verified: accepted; without a commit the check is the old one (config.json only)
-    good, bad, _hashed = _model.verify_files(str(tmp_path), manifest)
+    good, bad, _hashed = _weights.verify_files(str(tmp_path), manifest)
     assert not bad
     _model.write_json(str(tmp_path / _model.MANIFEST), {"files": manifest})
-    _model.write_marker(str(tmp_path), "o/n", commit, good)
+    _weights.write_marker(str(tmp_path), "o/n", commit, good)
     _preflight.check_model_dir(str(tmp_path), "h1", commit)
     # a file changed after verification: refused again
     (tmp_path / "config.json").write_text('{"x": 1}')

@@ -6,24 +6,24 @@ import time
 
 import pytest
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _files
+from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _files, _weights
 from ansible_collections.gpufleet.sglang.plugins.module_utils.weights import _fanout, _swarm
 
 
 def test_piece_length_is_a_power_of_two_for_about_1024_pieces():
-    assert _swarm.piece_length(0) == 256 * 1024
-    assert _swarm.piece_length(256 * 1024 ** 2) == 256 * 1024
-    assert _swarm.piece_length(256 * 1024 ** 2 + 1) == 512 * 1024
-    assert _swarm.piece_length(1024 ** 3) == 1024 * 1024
-    assert _swarm.piece_length(1024 ** 3 + 1) == 2 * 1024 * 1024
-    assert _swarm.piece_length(5 * 10 ** 9) == 8 * 1024 * 1024
-    assert _swarm.piece_length(10 ** 13) == 16 * 1024 * 1024
+    assert _weights.piece_length(0) == 256 * 1024
+    assert _weights.piece_length(256 * 1024 ** 2) == 256 * 1024
+    assert _weights.piece_length(256 * 1024 ** 2 + 1) == 512 * 1024
+    assert _weights.piece_length(1024 ** 3) == 1024 * 1024
+    assert _weights.piece_length(1024 ** 3 + 1) == 2 * 1024 * 1024
+    assert _weights.piece_length(5 * 10 ** 9) == 8 * 1024 * 1024
+    assert _weights.piece_length(10 ** 13) == 16 * 1024 * 1024
 
 
 @pytest.mark.parametrize("algo,size", [("sha256", 100000), ("git-sha1", 33), ("sha256", 65536)])
 def test_stream_hash_equals_a_read_back_and_the_pieces(tmp_path, algo, size):
     data = os.urandom(size)
-    hasher = _swarm.StreamHash(algo, size, plen=16384)
+    hasher = _weights.StreamHash(algo, size, plen=16384)
     for start in range(0, size, 7001):  # chunks that straddle piece boundaries
         hasher.update(data[start:start + 7001])
     digest, pieces = hasher.finish()
@@ -35,12 +35,12 @@ def test_stream_hash_equals_a_read_back_and_the_pieces(tmp_path, algo, size):
 
 
 def test_bencode_follows_bep3():
-    assert _swarm.bencode(3) == b"i3e"
-    assert _swarm.bencode(b"spam") == b"4:spam"
-    assert _swarm.bencode(["spam", 42]) == b"l4:spami42ee"
-    assert _swarm.bencode({"spam": ["a", "b"], "cow": "moo"}) == b"d3:cow3:moo4:spaml1:a1:bee"
-    with pytest.raises(_swarm.SwarmError):
-        _swarm.bencode(1.5)
+    assert _weights.bencode(3) == b"i3e"
+    assert _weights.bencode(b"spam") == b"4:spam"
+    assert _weights.bencode(["spam", 42]) == b"l4:spami42ee"
+    assert _weights.bencode({"spam": ["a", "b"], "cow": "moo"}) == b"d3:cow3:moo4:spaml1:a1:bee"
+    with pytest.raises(_weights.SwarmError):
+        _weights.bencode(1.5)
 
 
 def test_the_info_hash_is_the_one_libtorrent_makes_from_the_same_file(tmp_path):
@@ -49,10 +49,10 @@ def test_the_info_hash_is_the_one_libtorrent_makes_from_the_same_file(tmp_path):
         pytest.skip("libtorrent is not installed")
     data = os.urandom(300000)
     (tmp_path / "shard.bin").write_bytes(data)
-    hasher = _swarm.StreamHash("sha256", len(data), plen=16384)
+    hasher = _weights.StreamHash("sha256", len(data), plen=16384)
     hasher.update(data)
     _digest, pieces = hasher.finish()
-    ours = _swarm.info_hash(_swarm.info_dict("d/shard.bin", len(data), 16384, pieces))
+    ours = _weights.info_hash(_weights.info_dict("d/shard.bin", len(data), 16384, pieces))
     storage = lt.file_storage()
     lt.add_files(storage, str(tmp_path / "shard.bin"))
     made = lt.create_torrent(storage, 16384, flags=lt.create_torrent.v1_only)
@@ -64,21 +64,21 @@ def test_the_info_hash_is_the_one_libtorrent_makes_from_the_same_file(tmp_path):
 
 def test_a_record_checks_against_the_manifest_and_its_info_hash():
     entry = {"path": "a/b.safetensors", "size": 40000, "algo": "sha256", "digest": "d" * 64}
-    hasher = _swarm.StreamHash("sha256", 40000, plen=16384)
+    hasher = _weights.StreamHash("sha256", 40000, plen=16384)
     hasher.update(b"\0" * 40000)
     _digest, pieces = hasher.finish()
-    rec = _swarm.record(entry, entry["digest"], 16384, pieces, "seed-1")
+    rec = _weights.record(entry, entry["digest"], 16384, pieces, "seed-1")
     assert rec["pieces"] == pieces.hex() and len(pieces) == 3 * 20
-    info = _swarm.check_record(rec, {entry["path"]: entry})
+    info = _weights.check_record(rec, {entry["path"]: entry})
     assert info["name"] == "b.safetensors" and info["private"] == 1
-    with pytest.raises(_swarm.SwarmError):
-        _swarm.check_record(dict(rec, info_hash="0" * 40), {entry["path"]: entry})
-    with pytest.raises(_swarm.SwarmError):
-        _swarm.check_record(dict(rec, pieces=rec["pieces"][:80]), {entry["path"]: entry})
-    with pytest.raises(_swarm.SwarmError):
-        _swarm.check_record(rec, {})
-    assert _swarm.against(rec, "hub").startswith("sha256:" + "d" * 64)
-    assert _swarm.against(rec, "peer").startswith("btv1:" + rec["info_hash"])
+    with pytest.raises(_weights.SwarmError):
+        _weights.check_record(dict(rec, info_hash="0" * 40), {entry["path"]: entry})
+    with pytest.raises(_weights.SwarmError):
+        _weights.check_record(dict(rec, pieces=rec["pieces"][:80]), {entry["path"]: entry})
+    with pytest.raises(_weights.SwarmError):
+        _weights.check_record(rec, {})
+    assert _weights.against(rec, "hub").startswith("sha256:" + "d" * 64)
+    assert _weights.against(rec, "peer").startswith("btv1:" + rec["info_hash"])
 
 
 def test_session_settings_keep_the_swarm_inside_the_fleet():
@@ -179,46 +179,6 @@ def test_fleet_inputs_from_the_hosts_facts():
     assert hosts == {"a": "s", "b": "s", "c": "t"}
     assert verified == ["b"] and seeds == {"s": "b"} and engine == ["a"]
     assert addresses == {"a": "10.0.0.1", "b": "10.0.0.2", "c": "c"}
-
-
-def test_swarm_model_is_one_download_plus_the_last_file_whatever_the_hosts():
-    size, wan, lan = 548e9, 1.25e9, 12.5e9
-    shard = size / 64
-    one = _fanout.placement_time(size, 1, wan, lan, "swarm")
-    assert one == pytest.approx(size / wan)
-    for hosts in (16, 256, 1024):
-        swarm = _fanout.placement_time(size, hosts, wan, lan, "swarm", file_bytes=shard,
-                                       efficiency=0.5)
-        tail = shard / (lan * 0.5) + _fanout.rounds_needed(hosts) * 8 * 1024 * 1024 / lan
-        assert swarm == pytest.approx(size / wan + tail)
-        # against its control, doubling rounds on the same links
-        assert _fanout.placement_time(size, hosts, wan, lan, "doubling") > swarm + 3 * size / lan
-    # links of one speed (the test bed): 8 hosts need 4 copy times by doubling, ~1 swarming
-    rate = 16 * 2 ** 20
-    repo = 256 * 2 ** 20
-    assert _fanout.placement_time(repo, 8, rate, rate, "doubling") == pytest.approx(4 * repo / rate)
-    assert _fanout.placement_time(repo, 8, rate, rate, "swarm", file_bytes=repo / 8,
-                                  efficiency=0.5) < 1.3 * repo / rate
-    # the seed hashes while it writes: a slow hash caps the seed's rate
-    assert _fanout.placement_time(size, 16, wan, lan, "swarm", hash_bps=0.5e9,
-                                  file_bytes=shard) > size / 0.5e9
-    with pytest.raises(ValueError):
-        _fanout.placement_time(size, 16, wan, lan, "chain")
-
-
-def test_the_simulated_swarm_against_its_bounds_and_doubling():
-    files, ppf = 8, 16
-    total = files * ppf
-    two = _fanout.simulate_swarm(2, files, ppf, 1.0, 1.0)
-    # never faster than the stream plus the last file's own spread
-    assert two >= total + 1
-    eight = _fanout.simulate_swarm(8, files, ppf, 1.0, 1.0)
-    # the control: doubling rounds need 1 + log2(8) = 4 whole copies on the same links
-    assert two <= eight < 4 * total * 0.5
-    assert _fanout.simulate_swarm(8, files, ppf, 1.0, 0.5) > eight
-    # a WAN ten times slower than the LAN: the LAN fan-out hides behind the download
-    slow = _fanout.simulate_swarm(8, files, ppf, 0.1, 1.0)
-    assert total / 0.1 <= slow <= total / 0.1 * 1.2
 
 
 class FakeSession(object):

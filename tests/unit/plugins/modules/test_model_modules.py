@@ -4,6 +4,7 @@ import shutil
 
 import pytest
 
+from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _weights
 from ansible_collections.gpufleet.sglang.plugins.module_utils.weights import _model
 from ansible_collections.gpufleet.sglang.plugins.modules import model_check, model_fetch, model_swarm
 
@@ -23,7 +24,7 @@ def source(tmp_path):
         algo = _model.SHA256 if name.endswith(".safetensors") else _model.GIT_SHA1
         full = str(src / name)
         manifest.append({"path": name, "size": os.path.getsize(full), "algo": algo,
-                         "digest": _model.file_digest(full, algo)})
+                         "digest": _weights.file_digest(full, algo)})
     return src, manifest
 
 
@@ -41,7 +42,7 @@ def test_local_source_placed_verified_and_idempotent(run_module, tmp_path, sourc
     assert not failed, result
     assert result["changed"] and result["bytes_hashed"] == _model.total_bytes(manifest)
     assert sorted(result["transferred"]) == [m["path"] for m in manifest]
-    assert _model.quick_check(args["path"], COMMIT)["verified"]
+    assert _weights.quick_check(args["path"], COMMIT)["verified"]
     assert not os.path.exists(_model.staging_path(args["path"]))
     again, failed = run_module(model_fetch, args)
     assert not failed and not again["changed"] and again["bytes_hashed"] == 0

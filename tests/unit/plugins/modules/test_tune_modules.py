@@ -1,12 +1,10 @@
 """tune_plan, tune_record and tune_report through ansible-playbook on localhost: the
 argument specs, the action plugins' glue, check mode and the files written."""
 
-import json
 import os
-import subprocess
 import sys
 
-import yaml
+from localhost_play import run_tasks
 
 from ansible_collections.gpufleet.sglang.tests.paths import ROOT, SGLANG_HELP
 
@@ -51,16 +49,7 @@ def play(tmp_path, check=False):
             "content": "{{ {'space': space, 'bad': bad, 'r1': r1, 'rec': rec, 'r2': r2, 'rep': rep} | to_json }}"},
          "check_mode": False},
     ]
-    path = tmp_path / "play.yml"
-    path.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "tasks": tasks}]))
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, ".cache", "collections"),
-               ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"))
-    cmd = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", "localhost,",
-           "-c", "local", "-e", "ansible_python_interpreter=%s" % sys.executable, str(path)] + (
-        ["--check"] if check else [])
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, check=False)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    return json.loads((tmp_path / "out.json").read_text()), journal
+    return run_tasks(tmp_path, tasks, check), journal
 
 
 def test_a_tune_through_the_action_plugins(tmp_path):

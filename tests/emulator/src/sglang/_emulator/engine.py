@@ -32,12 +32,21 @@ The scheduler does what SGLang's does, in the parts the searched knobs reach (pa
   chunks raise TTFT; with mixed chunk a forward is one decode step of the riders, so large
   chunks make long decode stalls (ITL spikes); without it the decoders wait for all the
   chunks of a prompt, back to back.
-* Above ``--cuda-graph-max-bs`` a decode step runs without CUDA graphs:
+* Above the largest captured decode batch a decode step runs without CUDA graphs:
   ``model_executor/cuda_graph_runner.py`` ``CudaGraphRunner.can_run`` is false when
-  ``batch_size > max_bs``, and ``ModelRunner.forward`` then runs the eager
-  ``forward_decode``, paying the kernel launches the graph replay hides
-  (:data:`EAGER_STEP_FACTOR` of the step's fixed cost, the emulator's own figure). So does
-  every step under ``--disable-cuda-graph``.
+  ``batch_size > max_bs`` (0.5.9 l.385-404; ``max_bs = max(capture_bs)``, l.308), and
+  ``ModelRunner.forward`` then runs the eager ``forward_decode``, paying the kernel launches
+  the graph replay hides (:data:`EAGER_STEP_FACTOR` of the step's fixed cost, the
+  emulator's own figure). With ``--disable-cuda-graph-padding`` only a captured size runs
+  the graph (``graph_key in self.graphs``). So does every step with the decode graph off.
+  The capture list comes from ``server_args.derive`` in each release's names: up to 0.5.9
+  ``--cuda-graph-max-bs`` / ``--cuda-graph-bs`` / ``--disable-cuda-graph``; in 0.5.23
+  ``--cuda-graph-max-bs-decode`` / ``--cuda-graph-bs-decode`` / ``--cuda-graph-config``'s
+  ``decode``, off with ``--cuda-graph-backend-decode disabled``,
+  ``--disable-decode-cuda-graph`` or the deprecated ``--disable-cuda-graph``
+  (``srt/arg_groups/cuda_graph_hook.py:32-101``; the runner's check is
+  ``model_executor/runner/decode_cuda_graph_runner.py:870-891``). The prefill CUDA graph
+  (0.5.23 ``--cuda-graph-*-prefill``) is not modelled.
 
 Per-step costs of a layout: the layout's ``single`` (tok/s of one request) and ``ceiling``
 (aggregate tok/s, ``layout.rates_for``) give a decode step of b requests
@@ -107,11 +116,15 @@ class StepModel:
 
     def __init__(self, single, ceiling, ttft_s, cuda_graph_max_bs=None, cuda_graphs=True,
                  chunked_prefill_size=None, mixed_chunk=False, max_running_requests=None,
-                 kv_tokens=None):
+                 kv_tokens=None, cuda_graph_bs=None, cuda_graph_padding=True):
         self.single = float(single)
         self.ceiling = float(ceiling)
         self.ttft_s = max(float(ttft_s), 0.0)
-        self.cuda_graph_max_bs = _positive_int(cuda_graph_max_bs)
+        self.cuda_graph_bs = sorted(int(b) for b in cuda_graph_bs) if cuda_graph_bs else None
+        # the runner's max_bs is the largest captured size
+        self.cuda_graph_max_bs = (max(self.cuda_graph_bs) if self.cuda_graph_bs
+                                  else _positive_int(cuda_graph_max_bs))
+        self.cuda_graph_padding = bool(cuda_graph_padding)
         self.cuda_graphs = bool(cuda_graphs)
         self.chunked_prefill_size = _positive_int(chunked_prefill_size)  # None/-1: no chunking
         self.mixed_chunk = bool(mixed_chunk)
@@ -134,14 +147,15 @@ class StepModel:
             derived, _warnings = _server_args.derive(release, asked, gpu, None, model)
         except _server_args.ServerArgsCheckError:
             derived = asked
-        cuda_graphs = not (derived.get("disable_cuda_graph")
-                           or str(derived.get("cuda_graph_backend_decode") or "").lower() == "disabled")
+        cuda_graphs = not _server_args.decode_graph_disabled(derived)
         kv = mem["max_total_num_tokens"] if mem else None
         mrr = args.get("max_running_requests")
         if not mrr and mem:
             mrr = _memory.default_max_running_requests(mem)
         return cls(rates[0], rates[1], ttft_s,
                    cuda_graph_max_bs=derived.get("cuda_graph_max_bs"), cuda_graphs=cuda_graphs,
+                   cuda_graph_bs=derived.get("cuda_graph_bs"),
+                   cuda_graph_padding=not derived.get("disable_cuda_graph_padding"),
                    chunked_prefill_size=derived.get("chunked_prefill_size"),
                    mixed_chunk=bool(args.get("enable_mixed_chunk")),
                    max_running_requests=mrr, kv_tokens=kv)
@@ -149,12 +163,17 @@ class StepModel:
     def describe(self):
         return {"single": self.single, "ceiling": self.ceiling, "ttft_s": self.ttft_s,
                 "cuda_graph_max_bs": self.cuda_graph_max_bs, "cuda_graphs": self.cuda_graphs,
+                "cuda_graph_padding": self.cuda_graph_padding,
                 "chunked_prefill_size": self.chunked_prefill_size, "mixed_chunk": self.mixed_chunk,
                 "max_running_requests": self.max_running_requests, "kv_tokens": self.kv_tokens,
                 "prefill_tok_s": self.prefill_tok_s}
 
     def graphed(self, batch):
-        return self.cuda_graphs and (self.cuda_graph_max_bs is None or batch <= self.cuda_graph_max_bs)
+        if not self.cuda_graphs:
+            return False
+        if not self.cuda_graph_padding and self.cuda_graph_bs is not None:
+            return batch in self.cuda_graph_bs
+        return self.cuda_graph_max_bs is None or batch <= self.cuda_graph_max_bs
 
     def decode_s(self, batch):
         """Seconds of one decode step of ``batch`` requests."""

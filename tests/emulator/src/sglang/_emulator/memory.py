@@ -164,9 +164,10 @@ def kv_failure(release, fraction, rest_gb, avail_gb, pre_gb):
 
 
 def _cuda_graph_disabled(args):
-    if args.get("disable_cuda_graph"):
-        return True
-    return str(args.get("cuda_graph_backend_decode") or "").lower() == "disabled"
+    """No decode CUDA graph is captured (each release's flags: ``server_args.decode_graph_asked``)."""
+    from sglang._emulator import server_args as _server_args  # pylint: disable=import-outside-toplevel
+
+    return _server_args.decode_graph_disabled(args)
 
 
 def _default_chunked_prefill(gpu_mib):

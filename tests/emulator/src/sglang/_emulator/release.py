@@ -4,7 +4,9 @@ Installed from a wheel built by ``tests/emulator/build_wheel.py``, the data sits
 this file in ``data/`` (``RELEASE``, ``sglang-<R>.txt``, ``argparse/...``). Run from the
 source tree (``PYTHONPATH=tests/emulator/src``) there is no ``data/``: the release then
 comes from env ``SGLANG_EMULATOR_RELEASE`` (default 0.5.23) and the data from
-``tests/fixtures/sglang-help``.
+``tests/fixtures/sglang-help``. The bench_serving double's CLI data
+(``bench/bench_serving-<R>.json``, captured by ``tests/emulator/bench_capture.py``) sits in
+``data/bench/`` of a wheel and in ``tests/emulator/bench/`` of the source tree.
 """
 
 import json
@@ -18,6 +20,8 @@ PACKAGE_DATA = os.path.join(_HERE, "data")
 SOURCE_FIXTURES = os.path.normpath(
     os.path.join(_HERE, "..", "..", "..", "..", "fixtures", "sglang-help")
 )
+
+SOURCE_BENCH = os.path.normpath(os.path.join(_HERE, "..", "..", "..", "bench"))
 
 
 def installed_mode():
@@ -52,6 +56,12 @@ def help_path(release, columns=None):
 
 def actions_path(release):
     return os.path.join(data_dir(), "argparse", "sglang-%s.actions.json" % release)
+
+
+def bench_spec_path(release):
+    """The CLI data of the release's bench_serving (its options and result keys)."""
+    base = os.path.join(PACKAGE_DATA, "bench") if installed_mode() else SOURCE_BENCH
+    return os.path.join(base, "bench_serving-%s.json" % release)
 
 
 def load_actions(release):

@@ -59,11 +59,59 @@ def _bands(gpu_mem, tp):
     return _vendor.load()._bands(gpu_mem, tp)  # pylint: disable=protected-access
 
 
-def cuda_graph_bs(max_bs):
-    """0.5.9 ``srt/server_args.py:1076-1105`` (no speculative decoding, padding on)."""
+def cuda_graph_bs(max_bs, with_max=False):
+    """0.5.9 ``srt/server_args.py:1076-1105`` (no speculative decoding, padding on): the
+    steps up to max_bs, so the largest captured size can be below it (``--cuda-graph-max-bs
+    20`` captures up to 16). 0.5.23 ``srt/arg_groups/cuda_graph_hook.py:500-532`` appends
+    max_bs itself when the steps miss it (``with_max``)."""
     capture = ([1, 2, 4, 8, 12] + list(range(16, 257, 8)) + list(range(272, 512, 16))
                + list(range(512, max_bs + 1, 32)))
-    return [bs for bs in capture if bs <= max_bs]
+    capture = [bs for bs in capture if bs <= max_bs]
+    if with_max and max_bs not in capture:
+        capture.append(max_bs)
+    return capture
+
+
+def cuda_graph_bs_no_padding(max_bs):
+    """``--disable-cuda-graph-padding``: every batch size up to max_bs is captured (0.5.9
+    ``srt/server_args.py:1085-1086``; 0.5.23 ``srt/arg_groups/cuda_graph_hook.py:506-508``)."""
+    return list(range(1, max_bs + 1))
+
+
+def decode_graph_asked(args):
+    """What the argv asks of the decode CUDA graph: ``{"backend", "max_bs", "bs"}`` (None:
+    not asked), in the precedence of 0.5.23 ``parse_cuda_graph_config``
+    (``srt/arg_groups/cuda_graph_hook.py:32-101``): the explicit ``--cuda-graph-config`` JSON
+    over the per-phase flags (``--cuda-graph-backend-decode``, ``--cuda-graph-max-bs-decode``,
+    ``--cuda-graph-bs-decode``) over the off-switch ``--disable-decode-cuda-graph`` over the
+    legacy ``--disable-cuda-graph``. Older releases have only ``--disable-cuda-graph``,
+    ``--cuda-graph-max-bs`` and ``--cuda-graph-bs`` (0.5.9 ``srt/server_args.py:580-581``),
+    whose dests this reads as well; a release never has both spellings."""
+    asked = {"backend": None, "max_bs": args.get("cuda_graph_max_bs"), "bs": args.get("cuda_graph_bs")}
+    if args.get("disable_cuda_graph"):
+        asked["backend"] = "disabled"
+    if args.get("disable_decode_cuda_graph"):
+        asked["backend"] = "disabled"
+    if args.get("cuda_graph_backend_decode") is not None:
+        asked["backend"] = str(args["cuda_graph_backend_decode"]).strip().lower()
+    if args.get("cuda_graph_max_bs_decode") is not None:
+        asked["max_bs"] = args["cuda_graph_max_bs_decode"]
+    if args.get("cuda_graph_bs_decode") is not None:
+        asked["bs"] = args["cuda_graph_bs_decode"]
+    config = args.get("cuda_graph_config")
+    decode = config.get("decode") if isinstance(config, dict) else None
+    if isinstance(decode, dict):
+        for key in ("backend", "max_bs", "bs"):
+            if key in decode:
+                asked[key] = decode[key]
+    if isinstance(asked["bs"], int):
+        asked["bs"] = [asked["bs"]]
+    return asked
+
+
+def decode_graph_disabled(args):
+    """The decode phase runs without CUDA graphs (any release's spelling)."""
+    return str(decode_graph_asked(args)["backend"] or "").lower() == "disabled"
 
 
 def vlm_factor(vit_layers, vit_hidden):
@@ -96,13 +144,34 @@ def derive(release, asked, gpu_mem, cc, model):
     dp_attention_for_memory = (attn_dp > 1) if new else bool(d.get("enable_dp_attention"))
     dp_width = attn_dp if new else int(d.get("dp_size") or 1)
 
-    chunk, max_bs = _bands(gpu_mem, tp)
+    chunk, band_bs = _bands(gpu_mem, tp)
     if d.get("chunked_prefill_size") is None:
         d["chunked_prefill_size"] = chunk
-    if d.get("cuda_graph_max_bs") is None:
-        d["cuda_graph_max_bs"] = max_bs
-    d["cuda_graph_bs"] = cuda_graph_bs(d["cuda_graph_max_bs"])
-    max_bs = d["cuda_graph_max_bs"]
+    # The decode CUDA graph's batch sizes. ``cuda_graph_max_bs`` / ``cuda_graph_bs`` hold the
+    # decode phase's values in every release (0.5.23 keeps them in
+    # ``cuda_graph_config.decode``, which the collection's gate reports under these names).
+    graph = decode_graph_asked(d)
+    padding = not d.get("disable_cuda_graph_padding")
+    max_bs = graph["max_bs"]
+    if max_bs is None:
+        max_bs = band_bs
+        mrr = d.get("max_running_requests")
+        if new and mrr is not None and max_bs > int(mrr):
+            # 0.5.23 srt/arg_groups/memory_hook.py:182-188: a default decode max bs is cut
+            # to --max-running-requests (0.5.9 has no such cap)
+            max_bs = int(mrr)
+    if graph["bs"]:
+        # an explicit list sets the max: 0.5.9 srt/server_args.py:1001-1004, 0.5.23
+        # srt/arg_groups/memory_hook.py:202-207
+        d["cuda_graph_bs"] = sorted(int(b) for b in graph["bs"])
+        max_bs = max(d["cuda_graph_bs"])
+    else:
+        d["cuda_graph_bs"] = (cuda_graph_bs(max_bs, with_max=new) if padding
+                              else cuda_graph_bs_no_padding(max_bs))
+    d["cuda_graph_max_bs"] = max_bs
+    if new:
+        d["cuda_graph_max_bs_decode"] = graph["max_bs"]
+        d["decode_cuda_graph_backend"] = graph["backend"] or "full"
 
     a2a = d.get("moe_a2a_backend") or "none"
     if d.get("mem_fraction_static") is None:

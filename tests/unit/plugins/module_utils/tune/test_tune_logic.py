@@ -248,10 +248,17 @@ def test_coordinate_starts_with_one_seed_per_strategy_then_walks_the_best_ones_n
     seeds = _measured(["c01-tp8", "c08-ep8"], lambda i: {"c01-tp8": 1.0, "c08-ep8": 2.0}[i])
     out = search.plan(cands, exp["knobs"], seeds, [["h1"], ["h2"], ["h3"]], 6, "coordinate")
     assert out["phase"] == "descent"
-    picked = [p["id"] for p in out["picks"]]
-    # c08 = (8, True): neighbours (32, True) c10, (None, True) c12, (8, False) c07 refused
-    assert picked[:2] == ["c10-ep8", "c12-ep8"] and picked[2].endswith("-tp8")
-    assert out["budget_left"] == 4
+    # c08 = (8, True): its step neighbours are (32, True) c10 and (8, False) c07, refused;
+    # (None, True) c12 is two steps away. tp8's seed (1.0) is below 75 % of ep8's (2.0):
+    # tp8 is dropped, and the third unit has nothing to do
+    assert [p and p["id"] for p in out["picks"]] == ["c10-ep8", None, None]
+    assert out["kept"] == ["ep8"] and [d["strategy"] for d in out["dropped"]] == ["tp8"]
+    assert out["budget_left"] == 4 and out["budget"] == 6
+    # the control: tp8's seed within 75 % of ep8's, tp8 is climbed too
+    close = _measured(["c01-tp8", "c08-ep8"], lambda i: {"c01-tp8": 1.6, "c08-ep8": 2.0}[i])
+    out = search.plan(cands, exp["knobs"], close, [["h1"], ["h2"], ["h3"]], 6, "coordinate")
+    assert [p["id"] for p in out["picks"]] == ["c10-ep8", "c03-tp8", "c02-tp8"]
+    assert out["kept"] == ["ep8", "tp8"] and out["dropped"] == []
 
 
 def test_next_round_puts_it_together(tmp_path):

@@ -7,9 +7,11 @@ import pytest
 
 import tune_inprocess as fleet_double
 
+from ansible_collections.gpufleet.sglang.plugins.module_utils.bench import _bench_chart
 from ansible_collections.gpufleet.sglang.plugins.module_utils.bench import _bench_report
 from ansible_collections.gpufleet.sglang.plugins.module_utils.tune import frontier
 from ansible_collections.gpufleet.sglang.plugins.module_utils.tune import journal as tune_journal
+from ansible_collections.gpufleet.sglang.plugins.module_utils.tune import metrics as tune_metrics
 from ansible_collections.gpufleet.sglang.plugins.module_utils.tune import report as tune_report
 
 pytest.importorskip("matplotlib")
@@ -32,9 +34,18 @@ def test_rows_are_sorted_by_goodput_and_the_winner_is_the_first(tuned):
     _plan, rep = tuned
     goodputs = [r["goodput"] for r in rep["rows"]]
     assert len(rep["rows"]) == 10  # 12 candidates, pp8 with mixed chunk refused by 0.5.9
-    scored = [g for g in goodputs if g is not None]
-    assert scored == sorted(scored, reverse=True) and goodputs[:len(scored)] == scored
+    # the winner first, then every other row by goodput
+    rest = goodputs[1:]
+    scored = [g for g in rest if g is not None]
+    assert scored == sorted(scored, reverse=True) and rest[:len(scored)] == scored
     assert rep["winner"]["id"] == rep["rows"][0]["id"] and rep["winner"]["goodput"] == goodputs[0]
+    # the winner is the highest goodput, or within its noise with fewer knobs off base
+    top = max(rep["rows"], key=lambda r: r["goodput"] or 0)
+    tied = [r for r in rep["rows"] if r["goodput"] is not None and top["goodput"] - r["goodput"] <= top["noise"]]
+    assert [r["id"] for r in rep["rows"] if r["tied"]] == ([r["id"] for r in rep["rows"] if r in tied]
+                                                           if len(tied) > 1 else [])
+    assert len(rep["rows"][0]["off_base"]) == min(len(r["off_base"]) for r in tied)
+    assert top["noise"] >= tune_metrics.NOISE_FLOOR * top["goodput"]
     assert len(rep["refused"]) == 2 and rep["method"] == "exhaustive"
     text = tune_report.render_markdown(rep, "t")
     table = [ln for ln in text.splitlines() if ln.startswith("| ")][1:]
@@ -156,8 +167,9 @@ def test_the_scenarios_chart_check_reads_a_point_under_the_winners_star_as_cover
     front = frontier.pareto(points)
     rep = {"rows": [{"id": cid} for cid in metrics], "points": points,
            "frontier": [{"id": p["id"], "concurrency": p["concurrency"], "x": p["x"], "y": p["y"]} for p in front],
-           "winner": {"id": "a", "concurrency": 16},
-           "axes": {"x_log": False, "y_log": False, "tpot_limit_x": None}}
+           "winner": {"id": "a", "concurrency": 16}, "frontier_over": "meets_slo",
+           "axes": {"x_log": False, "y_log": False, "tpot_limit_x": None,
+                    "x_range": _bench_chart.axis_range([p["x"] for p in points])}}
     journal = tmp_path / "journal.jsonl"
     journal.write_text("".join(json.dumps({
         "kind": "trial", "status": "ok", "candidate": {"id": cid},
@@ -177,3 +189,87 @@ def test_the_scenarios_chart_check_reads_a_point_under_the_winners_star_as_cover
     assert check.main(argv) == 1
     problems = json.loads(capsys.readouterr().out.splitlines()[-1])["problems"]
     assert problems == ["no blue marker at (144, 239) for c c=16", "a blue marker at (144, 348) is no point of the JSON"]
+
+
+def _synthetic(tmp_path, rows_, limit):
+    """A report, its journal, JSON and PNG from ``{id: [(concurrency, x, y, meets_slo)]}``."""
+    points = [{"id": cid, "concurrency": c, "x": x, "y": y, "meets_slo": ok, "failed": 0}
+              for cid, rows in rows_.items() for c, x, y, ok in rows]
+    xs = [p["x"] for p in points]
+    front = frontier.pareto([p for p in points if p["meets_slo"]])
+    rep = {"rows": [{"id": cid} for cid in rows_], "points": points, "frontier_over": "meets_slo",
+           "frontier": [{"id": p["id"], "concurrency": p["concurrency"], "x": p["x"], "y": p["y"]} for p in front],
+           "winner": {"id": front[0]["id"], "concurrency": front[0]["concurrency"]} if front else None,
+           "axes": {"x_log": frontier.log_axis(xs), "y_log": False, "tpot_limit_x": limit,
+                    "x_range": _bench_chart.axis_range(xs + [limit], frontier.log_axis(xs))}}
+    journal = tmp_path / "journal.jsonl"
+    journal.write_text("".join(json.dumps({
+        "kind": "trial", "status": "ok", "candidate": {"id": cid},
+        "metrics": [{"concurrency": c, "tok_s_per_user": x, "output_tok_s_per_gpu": y} for c, x, y, _ok in rows]}) + "\n"
+        for cid, rows in rows_.items()))
+    return rep, ["--journal", str(journal), "--report", str(tmp_path / "tune-x.json")]
+
+
+def _write(tmp_path, rep):
+    (tmp_path / "tune-x.json").write_text(json.dumps(rep))
+    (tmp_path / "tune-x.png").write_bytes(tune_report.render_png(rep))
+
+
+# the issue's chart: every point right of the target (TPOT 45 ms: 22.2 tok/s per user)
+ISSUE_POINTS = {"a": [(1, 60.0, 20.0, True), (16, 40.0, 90.0, True), (64, 30.0, 98.6, False)],
+                "b": [(1, 58.0, 19.0, True), (16, 35.0, 70.0, True), (64, 26.0, 80.0, False)]}
+
+
+def test_the_band_runs_from_the_left_edge_to_the_tpot_target(tmp_path, monkeypatch):
+    limit = 1000.0 / 45
+    rep, argv = _synthetic(tmp_path, ISSUE_POINTS, limit)
+    drawn = {}
+    tune_report.render_png(rep, drawn=drawn)
+    assert drawn["shaded"] == pytest.approx((drawn["xlim"][0], limit))
+    assert drawn["xlim"] == pytest.approx(tuple(rep["axes"]["x_range"]))
+    assert drawn["xlim"][0] < limit < min(p["x"] for p in rep["points"])
+    _write(tmp_path, rep)
+    check = _check_chart_module()
+    assert check.main(argv) == 0
+    # the control: the band of 3a1f (from 0.8 x the lowest x or the target) leaves the
+    # plot's left edge bare, and the chart check sees it
+    monkeypatch.setattr(_bench_chart, "shade_below", lambda ax, lim, **style: ax.axvspan(
+        min(min(p["x"] for p in rep["points"]), lim) * 0.8 + 4, lim, **style))
+    _write(tmp_path, rep)
+    assert check.main(argv) == 1
+    drawn = {}
+    tune_report.render_png(rep, drawn=drawn)
+    assert drawn["shaded"][0] > drawn["xlim"][0]
+
+
+def test_the_frontier_is_over_the_points_meeting_the_slo_and_the_legend_says_so(tmp_path, capsys):
+    rep, argv = _synthetic(tmp_path, ISSUE_POINTS, 1000.0 / 45)
+    on = [(p["id"], p["concurrency"]) for p in rep["frontier"]]
+    missed = [(p["id"], p["concurrency"]) for p in rep["points"] if not p["meets_slo"]]
+    assert on == [("a", 16), ("a", 1)] and not set(on) & set(missed)
+    # the control: over every point, a's c=64 (missing the SLO) would be on it
+    assert ("a", 64) in [(p["id"], p["concurrency"]) for p in frontier.pareto(rep["points"])]
+    drawn = {}
+    tune_report.render_png(rep, drawn=drawn)
+    assert tune_report.FRONTIER_LABEL in drawn["legend"] and "meeting the SLO" in tune_report.FRONTIER_LABEL
+    assert drawn["frontier"] == [(40.0, 90.0), (60.0, 20.0)]
+    _write(tmp_path, rep)
+    check = _check_chart_module()
+    assert check.main(argv) == 0
+    # a report whose frontier runs over every point fails the scenario's check
+    rep["frontier"] = [{"id": p["id"], "concurrency": p["concurrency"], "x": p["x"], "y": p["y"]}
+                       for p in frontier.pareto(rep["points"])]
+    _write(tmp_path, rep)
+    capsys.readouterr()
+    assert check.main(argv) == 1
+    problems = json.loads(capsys.readouterr().out.splitlines()[-1])["problems"]
+    assert any("runs through points missing the SLO" in p for p in problems), problems
+
+
+def test_the_report_draws_its_frontier_over_the_points_meeting_the_slo(tuned):
+    _plan, rep = tuned
+    assert rep["frontier_over"] == "meets_slo"
+    meeting = [p for p in rep["points"] if p["meets_slo"]]
+    assert [(p["id"], p["concurrency"]) for p in rep["frontier"]] == \
+        [(p["id"], p["concurrency"]) for p in frontier.pareto(meeting)]
+    assert all(p["meets_slo"] for p in meeting) and len(meeting) < len(rep["points"])
