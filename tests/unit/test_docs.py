@@ -15,9 +15,12 @@
 """
 
 import glob
+import json
 import os
 import re
 import shlex
+import subprocess
+import sys
 
 import pytest
 import yaml
@@ -164,3 +167,110 @@ def test_the_readme_shows_the_example_it_runs():
     assert example.startswith("@")
     text = _read(os.path.join(ROOT, example[1:]))
     assert text in readme, "the README shows %s line for line" % example[1:]
+
+
+# ------------------------------------------------------------------ the inventories shown
+
+CHECK_PLAY = """
+- hosts: sglang_servers
+  gather_facts: false
+  tasks:
+    - ansible.builtin.include_role:
+        name: gpufleet.sglang.server
+        tasks_from: check
+"""
+
+
+def inventories(text):
+    """``(line, inventory, problem)`` of every YAML block of ``text`` that is an inventory (a
+    group with ``hosts``), with the strategy of the first command after it that passes one
+    (``-e sglang_strategy=...``); a YAML block that does not parse is a problem."""
+    tokens = MarkdownIt("commonmark").enable("table").parse(text)
+    fences = [t for t in tokens if t.type == "fence"]
+    found = []
+    for num, tok in enumerate(fences):
+        if tok.info.strip() != "yaml":
+            continue
+        try:
+            doc = yaml.safe_load(tok.content)
+        except yaml.YAMLError as exc:
+            found.append((tok.map[0] + 1, None, None, "not YAML: %s" % str(exc).split("\n")[0]))
+            continue
+        if not (isinstance(doc, dict) and any(isinstance(v, dict) and "hosts" in v for v in doc.values())):
+            continue
+        strategy = None
+        for later in fences[num + 1:]:
+            match = re.search(r"-e (?:sglang_)?strategy=(\S+)", later.content)
+            if match:
+                strategy = match.group(1)
+                break
+        found.append((tok.map[0] + 1, doc, strategy, None))
+    return found
+
+
+def _check_inventory(tmp_path, doc, strategy):
+    """The controller's deploy inputs check (the server role's ``check`` entry point, as the
+    deploy's first play runs it) over ``doc`` with the default release; the hosts are this
+    machine (a second inventory source gives them a local connection, nothing else)."""
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(doc))
+    (tmp_path / "local.yml").write_text(yaml.safe_dump(
+        {"all": {"vars": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}))
+    (tmp_path / "play.yml").write_text(CHECK_PLAY)
+    env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
+               ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, ".cache", "collections"), ANSIBLE_NOCOLOR="1")
+    env.pop("ANSIBLE_CONFIG", None)
+    argv = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"),
+            "-i", str(tmp_path / "hosts.yml"), "-i", str(tmp_path / "local.yml"), str(tmp_path / "play.yml")]
+    if strategy:
+        argv += ["-e", "sglang_strategy=%s" % strategy]
+    proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                          env=env, cwd=str(tmp_path), timeout=180, check=False)
+    checked = {}
+    for play in json.loads(proc.stdout).get("plays", []):
+        for task in play["tasks"]:
+            if task["task"]["name"].endswith("Check the deploy inputs"):
+                checked.update(task["hosts"])
+    return proc.returncode, checked
+
+
+def _inventory_problems(tmp_path, text):
+    problems = []
+    for num, (line, doc, strategy, problem) in enumerate(inventories(text)):
+        if problem:
+            problems.append("line %d: %s" % (line, problem))
+            continue
+        work = tmp_path / ("inventory-%d" % num)
+        work.mkdir(parents=True)
+        rc, checked = _check_inventory(work, doc, strategy)
+        refused = dict((h, r.get("msg")) for h, r in checked.items() if r.get("failed"))
+        if rc != 0 or refused or not checked:
+            problems.append("line %d: rc %d, refused %s" % (line, rc, refused))
+    return problems
+
+
+def test_every_inventory_shown_passes_the_deploy_inputs_check(tmp_path):
+    readme = _read(os.path.join(ROOT, "README.md"))
+    shown = [doc for _line, doc, _strategy, _problem in inventories(readme) if doc]
+    assert shown, "the README shows the smallest inventory"
+    paths = [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
+    problems = []
+    for path in paths:
+        problems += ["%s %s" % (os.path.relpath(path, ROOT), p)
+                     for p in _inventory_problems(tmp_path / os.path.basename(path), _read(path))]
+    assert problems == []
+
+
+def test_the_check_refuses_the_readme_inventory_without_its_model(tmp_path):
+    # the check is no formality: the same inventory without sglang_model_repo is refused
+    _line, doc, strategy, _problem = [i for i in inventories(_read(os.path.join(ROOT, "README.md"))) if i[1]][0]
+    for group in doc.values():
+        (group.get("vars") or {}).pop("sglang_model_repo", None)
+    rc, checked = _check_inventory(tmp_path, doc, strategy)
+    assert rc != 0
+    assert all("sglang_model_repo is not set" in (r.get("msg") or "") for r in checked.values()), checked
+
+
+def test_the_inventory_of_ff2c1fe_is_caught(tmp_path):
+    # its fence never closed: the "inventory" ran on to the end of the README
+    problems = _inventory_problems(tmp_path, _read(CONTROL))
+    assert problems and "not YAML" in problems[0], problems

@@ -64,12 +64,12 @@ def test_two_workers_run_lane_1_from_the_start_and_lane_2_around_the_rest():
     conftest.into_lanes(items)
     stages = [conftest._stage_of(i)[1] for i in items]  # pylint: disable=protected-access
     assert stages == [
-        "molecule-tune", "molecule-router",
+        "molecule-tune", "molecule-router", "bad-input",
         "tests/integration/test_minimal_inventory.py", "unit", "ansible-lint", "sanity",
         "molecule-deploy", "fleet-modules", "molecule-safety", "molecule-multinode", "molecule-model",
-        "molecule-zzz-new", "bad-input"]
+        "molecule-zzz-new"]
     groups = [[m.kwargs.get("name", m.args[0] if m.args else None) for m in i.marks] for i in items]
-    assert groups == [["lane-1"]] * 2 + [["lane-2-first"]] + [[]] * 3 + [["lane-2"]] * 7
+    assert groups == [["lane-1"]] * 3 + [["lane-2-first"]] + [[]] * 3 + [["lane-2"]] * 6
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnknownMarkWarning")  # "integration", registered for those runs
