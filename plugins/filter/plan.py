@@ -2,7 +2,9 @@
 # Copyright (c) gpufleet.sglang contributors
 # MIT License (see LICENSE)
 """The capacity plan's grouping across hosts (playbooks/plan.yml): one table per host group,
-and the hosts whose table differs from their group's."""
+and the hosts whose table differs from their group's; the capacity role's refusal and
+warning of a plan that does not fit (module_utils/prepare/_capacity.py words them, with the
+numbers rounded for a person)."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -49,8 +51,20 @@ def plan_groups(play_hosts, hostvars, groups, register="plan_result"):
     return {"groups": out, "own_tables": [h for h in play_hosts if h in own]}
 
 
+def plan_unfit(plan, host):
+    """``{"message", "warning"}`` for ``plan`` (one entry of gpufleet.sglang.capacity_plan's
+    ``plans``) on ``host``: the refusal of a plan that does not fit, and the warning when it
+    is deployed anyway, worded as the deploy's preflight words them
+    (``_capacity.unfit_message``, ``_capacity.misfit_warning``)."""
+    # imported where the filter runs, not when Ansible loads every filter file
+    from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare import _capacity
+
+    return {"message": _capacity.unfit_message(plan, host),
+            "warning": _capacity.misfit_warning(plan, host)}
+
+
 class FilterModule(object):
     """gpufleet.sglang capacity plan filters."""
 
     def filters(self):
-        return {"plan_groups": plan_groups}
+        return {"plan_groups": plan_groups, "plan_unfit": plan_unfit}

@@ -164,7 +164,16 @@ plans:
       description: SGLang's default fraction for this layout and GPU.
       type: float
     recommended_mem_fraction_static:
-      description: Fraction to pass to SGLang; null when no fraction makes it fit.
+      description:
+        - Fraction to pass to SGLang; null when no fraction makes it fit. Full precision (SGLang's
+          own default for a multimodal model is not rounded).
+        - Messages print it rounded down to 3 decimals (more only when 3 would drop below
+          RV(plans[].needed_mem_fraction_static)), never up, and say so when rounding changed it.
+      type: float
+    needed_mem_fraction_static:
+      description:
+        - The smallest fraction that holds the weights and the required KV tokens
+          (O(context_length), else 8192) on every GPU; above 1 when the GPU cannot hold them.
       type: float
     pp_layer_partition:
       description: C(SGLANG_PP_LAYER_PARTITION) value when a better split than SGLang's default exists, else null.
@@ -200,7 +209,9 @@ model:
       description: Parameters of the text model (without MTP layers and vision tower).
       type: int
 table:
-  description: Text lines of a table of the plans, for printing.
+  description:
+    - Text lines of a table of the plans, for printing. Its numbers are rounded for a person
+      (GiB to 1 decimal, the fraction to 3 decimals); RV(plans) keeps their precision.
   returned: success
   type: list
   elements: str

@@ -32,10 +32,12 @@ description:
     files atomically and runs C(systemctl daemon-reload). RV(restart) is true only when what
     runs changed (or on a first install). A change of reload-only directives (C(Description=),
     C(Restart=), C(RestartSec=), C(StartLimit*=), C(TimeoutStopSec=), C(KillMode=), ...) is
-    reported in RV(reload); a change of sandboxing options, which systemd applies only when
-    it starts the process, is RV(pending) until the next restart, or restarts now with
-    O(apply_pending). It never restarts the server itself; the caller restarts it (typically
-    through a handler), so every rank of a multi-node server restarts in the same step.
+    reported in RV(reload), and that daemon-reload puts it in effect, with no restart and nothing
+    pending (C([Install]) is read by C(systemctl enable) only); a change of sandboxing
+    options, which systemd applies only when it starts the process, is RV(pending) until the
+    next restart, or restarts now with O(apply_pending). It never restarts the server itself;
+    the caller restarts it (typically through a handler), so every rank of a multi-node server
+    restarts in the same step.
   - Enables the unit when it is not enabled. When the files did not change, O(start) is
     true and the unit is not active, starts it (RV(started=true)).
   - With O(state=rolled_back), puts the last known good unit, environment file and
@@ -266,7 +268,8 @@ action:
   description:
     - V(install) (first install), V(restart) (what runs changed), V(apply_pending),
       V(pending) (sandboxing installed, applies at the next restart), V(reload) (reload-only
-      directives installed), V(comments) (only comments differ) or V(none).
+      directives installed, in effect from the daemon-reload), V(comments) (only comments
+      differ) or V(none).
   returned: when O(state=present)
   type: str
 run_changes:
@@ -275,7 +278,10 @@ run_changes:
   type: list
   elements: str
 reload:
-  description: Reload-only directives (C(Section.Key)) installed now; they take effect at the next restart.
+  description:
+    - Reload-only directives (C(Section.Key)) installed now. The step's C(systemctl daemon-reload)
+      puts them in effect (systemd's manager reads them from the unit it loaded), with no restart;
+      they are never RV(pending). C(Install.*) is read by C(systemctl enable) only.
   returned: when O(state=present)
   type: list
   elements: str

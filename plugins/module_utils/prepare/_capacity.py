@@ -59,6 +59,8 @@ __all__ = [
     "CannotPlan", "ModelSpec", "load_model", "spec_from_config", "GIB", "MIB",
     "default_mem_fraction_static", "default_pp_partition", "kv_dtype_bytes",
     "plan_layout", "plan_model", "format_table",
+    "fraction_text", "recommended_text", "gib_text", "tokens_text", "unfit_message",
+    "misfit_warning",
 ]
 
 MIB = 1024 ** 2
@@ -398,14 +400,21 @@ def _better_split(lay, split, stages, budget, cell, required):
     return None
 
 
-def _recommended_fraction(stages, gpu_memory_mib, default_fraction, required):
-    """SGLang's own default when the plan fits with it, otherwise the smallest fraction that
-    holds the weights plus the required KV, if that still leaves MIN_RESERVED_MIB outside
-    the pool; ``None`` when nothing fits."""
+def _needed_fraction(stages, gpu_memory_mib, required):
+    """The smallest fraction that holds the weights plus the required KV tokens
+    (``required``, else DEFAULT_MIN_KV_TOKENS) on every stage's GPUs; above 1 when the GPU
+    cannot hold them at all."""
     gpu_bytes = float(gpu_memory_mib) * MIB
     target_tokens = required or DEFAULT_MIN_KV_TOKENS
-    need_frac = max(
+    return max(
         (s["weights_bytes"] + target_tokens * s["kv_bytes_per_token"]) / gpu_bytes for s in stages)
+
+
+def _recommended_fraction(need_frac, gpu_memory_mib, default_fraction):
+    """SGLang's own default when the plan fits with it (``need_frac``, the
+    :func:`_needed_fraction`, is not above it), otherwise the smallest fraction that holds the
+    weights plus the required KV, if that still leaves MIN_RESERVED_MIB outside the pool;
+    ``None`` when nothing fits."""
     if need_frac <= default_fraction:
         return default_fraction
     if need_frac <= _max_fraction(gpu_memory_mib):
@@ -424,9 +433,11 @@ def _plan_notes(lay, spec, mem_fraction_static, fraction, gpu_memory_mib):
         notes.append("DP attention: attention split %d ways, embedding replicated; SGLang's "
                      "extra DP-attention reserve is not in the default fraction" % lay.attn_tp)
     if spec.vision_bytes:
-        notes.append("vision tower (%.2f GiB) counted unsplit on every stage-0 GPU" % (spec.vision_bytes / GIB))
+        notes.append("vision tower (%s GiB) counted unsplit on every stage-0 GPU"
+                     % gib_text(spec.vision_bytes / GIB))
     if mem_fraction_static is not None and fraction > _max_fraction(gpu_memory_mib):
-        notes.append("mem_fraction_static %.3f leaves under %d MiB for activations" % (fraction, MIN_RESERVED_MIB))
+        notes.append("mem_fraction_static %s leaves under %d MiB for activations"
+                     % (fraction_text(fraction), MIN_RESERVED_MIB))
     return notes
 
 
@@ -472,6 +483,7 @@ def plan_layout(spec, layout, gpu_count, gpu_memory_mib, mem_fraction_static=Non
     weights_gib = [round(b / GIB, 2) for b in per_rank]
     kv_tokens = min(s["kv_tokens"] for s in stages)
     margin = min(s["margin_bytes"] for s in stages)
+    need_frac = _needed_fraction(stages, gpu_memory_mib, required)
     return {
         "name": name or _name(tp, pp, ep, dp),
         "layout": {"tp": tp, "pp": pp, "ep": ep, "dp": dp, "dp_attention": dp_attention},
@@ -494,7 +506,8 @@ def plan_layout(spec, layout, gpu_count, gpu_memory_mib, mem_fraction_static=Non
         "fits": bool(margin > 0 and kv_tokens >= max(required, 1)),
         "margin_gib": round(margin / GIB, 2),
         "recommended_mem_fraction_static": _recommended_fraction(
-            stages, gpu_memory_mib, default_fraction, required),
+            need_frac, gpu_memory_mib, default_fraction),
+        "needed_mem_fraction_static": need_frac,
         "pp_stage_layers": list(split),
         "pp_layer_partition": best_string,
         "default_pp_partition": ",".join(str(x) for x in default_split),
@@ -523,6 +536,85 @@ def plan_model(spec, strategies, gpu_count, gpu_memory_mib, **kwargs):
     return plans
 
 
+# ---- numbers for a person ------------------------------------------------------------
+# Messages (refusals, warnings, notes, the table) round what they print; the plan's data
+# keeps its full precision.
+
+def fraction_text(value):
+    """A memory fraction for a person: 3 decimals at most, trailing zeros dropped
+    (``0.85``, ``0.776``)."""
+    text = "%.3f" % float(value)
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def _floor_to(value, places):
+    scale = 10 ** places
+    # a tolerance below the printed precision, so that 0.778 (0.77800000000000002) stays 0.778
+    return math.floor(float(value) * scale + 1e-6) / float(scale)
+
+
+def recommended_text(plan_):
+    """The plan's recommended ``mem_fraction_static`` for a person.
+
+    Rounded DOWN, never up: a fraction above the recommendation leaves less than the
+    planner (or SGLang's own default) keeps outside the static pool. 3 decimals, more only
+    when 3 would drop below the plan's ``needed_mem_fraction_static`` (the weights and the
+    required KV tokens would no longer fit). A rounded value says so. ``none fits`` when no
+    fraction fits."""
+    value = plan_.get("recommended_mem_fraction_static")
+    if value is None:
+        return "none fits"
+    need = plan_.get("needed_mem_fraction_static")
+    for places in (3, 4, 5, 6):
+        shown = _floor_to(value, places)
+        if need is None or shown >= need:
+            break
+    else:
+        return repr(float(value))
+    text = ("%%.%df" % places) % shown
+    if shown >= float(value) - 1e-9:
+        return text.rstrip("0").rstrip(".") if places == 3 else text
+    if need is None:  # a plan of another version: what it needs is not known
+        return "%s (rounded down)" % text
+    return "%s (rounded down, so that it still fits)" % text
+
+
+def gib_text(value):
+    """GiB for a person: 1 decimal; 2 significant digits for an amount that 1 decimal
+    would print as zero (a margin of -0.04 GiB is no ``-0.0``)."""
+    value = float(value)
+    if value and round(value, 1) == 0:
+        return "%.2g" % value
+    return "%.1f" % value
+
+
+def tokens_text(value):
+    """Tokens for a person: an integer."""
+    return "%d" % int(value)
+
+
+def unfit_message(plan_, host):
+    """Why a plan does not fit, with the numbers rounded for a person (the refusal of the
+    deploy's preflight, the model step and the capacity role)."""
+    need = (" (need %s)" % tokens_text(plan_["context_length"])) if plan_.get("context_length") else ""
+    source = (" (%s)" % plan_["fraction_from"]) if plan_.get("fraction_from") else ""
+    return (
+        "%s: strategy %s does not fit %s x %s MiB: weights %s-%s GiB per GPU, budget %s GiB at "
+        "mem_fraction_static %s%s, KV margin %s GiB, %s KV tokens%s; recommended "
+        "mem_fraction_static: %s. Set capacity_allow_unfit=true to deploy anyway."
+        % (host, plan_["name"], plan_["gpus"], plan_["gpu_memory_mib"],
+           gib_text(plan_["weights_per_gpu_min_gib"]), gib_text(plan_["weights_per_gpu_max_gib"]),
+           gib_text(plan_["budget_gib"]), fraction_text(plan_["mem_fraction_static"]), source,
+           gib_text(plan_["margin_gib"]), tokens_text(plan_["kv_tokens"]), need,
+           recommended_text(plan_)))
+
+
+def misfit_warning(plan_, host):
+    """The warning for a plan that does not fit and is deployed anyway."""
+    return ("%s: strategy %s does not fit (KV margin %s GiB); going on because "
+            "capacity_allow_unfit is set" % (host, plan_["name"], gib_text(plan_["margin_gib"])))
+
+
 def format_table(spec, plans):
     """Text lines: one header, one row per plan."""
     lines = [
@@ -544,9 +636,9 @@ def format_table(spec, plans):
         layout = "tp%d pp%d ep%d dp%d" % (lay["tp"], lay["pp"], lay["ep"], lay["dp"])
         part = plan["pp_layer_partition"] or (
             "default %s" % plan["default_pp_partition"] if lay["pp"] > 1 else "-")
-        lines.append("%-10s %-15s %6.3f %17s %10d %10d %8.2f %5s  %s" % (
+        lines.append("%-10s %-15s %6.3f %17s %10d %10d %8s %5s  %s" % (
             plan["name"], layout, plan["mem_fraction_static"],
             "%.1f-%.1f" % (plan["weights_per_gpu_min_gib"], plan["weights_per_gpu_max_gib"]),
-            plan["kv_bytes_per_token_per_gpu"], plan["kv_tokens"], plan["margin_gib"],
+            plan["kv_bytes_per_token_per_gpu"], plan["kv_tokens"], gib_text(plan["margin_gib"]),
             "yes" if plan["fits"] else "NO", part))
     return lines

@@ -17,7 +17,11 @@ __metaclass__ = type
 
 import os
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare._capacity import plan_model
+from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare._capacity import (
+    misfit_warning,
+    plan_model,
+    unfit_message,
+)
 from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare._capacity_model import (
     CannotPlan,
     load_model,
@@ -203,26 +207,13 @@ def plan(model_path, layout, settings, extra_args):
     return result, spec.summary().get("warnings", [])
 
 
-def unfit_message(plan_, host):
-    """Why a plan does not fit, with the numbers."""
-    need = (" (need %d)" % plan_["context_length"]) if plan_.get("context_length") else ""
-    return (
-        "%s: strategy %s does not fit %s x %s MiB: weights %s-%s GiB per GPU, budget %s GiB at "
-        "mem_fraction_static %s (%s), KV margin %s GiB, %s KV tokens%s; recommended "
-        "mem_fraction_static: %s. Set capacity_allow_unfit=true to deploy anyway."
-        % (host, plan_["name"], plan_["gpus"], plan_["gpu_memory_mib"],
-           plan_["weights_per_gpu_min_gib"], plan_["weights_per_gpu_max_gib"], plan_["budget_gib"],
-           plan_["mem_fraction_static"], plan_.get("fraction_from", "planned"), plan_["margin_gib"],
-           plan_["kv_tokens"], need, plan_.get("recommended_mem_fraction_static") or "none fits"))
-
-
 def judge_plan(plan_, host, allow_unfit):
-    """Raise on a plan that cannot run or does not fit; return warnings for an allowed misfit."""
+    """Raise on a plan that cannot run or does not fit; return warnings for an allowed misfit.
+    The refusal and the warning are ``_capacity``'s (their numbers rounded for a person)."""
     if plan_.get("error"):
         raise PreflightError("%s: %s" % (host, plan_["error"]))
     if plan_.get("fits"):
         return []
     if not allow_unfit:
         raise PreflightError(unfit_message(plan_, host))
-    return ["%s: strategy %s does not fit (KV margin %s GiB); going on because "
-            "capacity_allow_unfit is set" % (host, plan_["name"], plan_["margin_gib"])]
+    return [misfit_warning(plan_, host)]

@@ -280,10 +280,11 @@ def plan(installed_unit, installed_env, new_unit, new_env, env_path, release, re
 
     The restart follows what runs (:func:`_unit_spec.run_spec`): the argv, environment,
     account, device access, limits, working directory, release, venv and model path. A
-    change of reload-only directives is installed with daemon-reload (``reload``); a
-    change of sandboxing is installed and ``pending`` until the next restart, which
-    ``apply_pending`` makes now. ``main_pid`` is the unit's running main PID (None when
-    it does not run); ``rec`` the deployment record on the host.
+    change of reload-only directives is installed with daemon-reload (``reload``), which
+    puts it in effect (no restart, never ``pending``); a change of sandboxing is installed
+    and ``pending`` until the next restart, which ``apply_pending`` makes now.
+    ``main_pid`` is the unit's running main PID (None when it does not run); ``rec`` the
+    deployment record on the host.
 
     Returns :func:`decide`'s keys (``byte_rule_restart`` is its ``restart``) plus
     ``install``, ``restart``, ``action`` (``install``, ``restart``, ``apply_pending``,
@@ -357,8 +358,17 @@ def summary(result):
         parts.append("restart to apply pending: %s" % ", ".join(result.get("applied") or []))
     if result.get("pending"):
         parts.append("pending: applies at the next restart: %s" % ", ".join(result["pending"]))
-    if result.get("reload"):
-        parts.append("installed, takes effect at the next restart: %s" % ", ".join(result["reload"]))
+    reload = result.get("reload") or []
+    now = [name for name in reload if _unit_spec.reload_effect(name) == _unit_spec.DAEMON_RELOAD]
+    enable = [name for name in reload if _unit_spec.reload_effect(name) == _unit_spec.ENABLE]
+    if now:
+        # systemd's manager reads these from the unit it loaded: the step's daemon-reload
+        # put them in effect, and nothing waits for a restart
+        parts.append("installed, takes effect at the daemon-reload of this run, no restart: %s"
+                     % ", ".join(now))
+    if enable:
+        parts.append("installed, read at the next systemctl enable, no restart: %s"
+                     % ", ".join(enable))
     if not parts and action == "comments":
         parts.append("installed, comments only")
     return "; ".join(parts) or "no change"

@@ -15,9 +15,10 @@ A systemd unit file and its environment file are parsed (:func:`parse_unit`,
   digest (:func:`digest`) the deployment record keeps. A change restarts the server.
 * ``reload``: systemd's manager reads it from the loaded unit when it acts (the
   description and documentation it lists, the ordering it starts in, when and how often
-  it restarts a failed process, how it stops it), so ``daemon-reload`` is enough; it takes
-  effect at the next stop or restart without one now. ``[Install]`` is read by
-  ``systemctl enable`` only.
+  it restarts a failed process, how it stops it), so the ``daemon-reload`` that installs
+  it puts it in effect at once: no restart, nothing pending (the next start, failure or
+  stop already uses the new value). ``[Install]`` is read by ``systemctl enable`` only
+  (:func:`reload_effect`).
 * ``pending``: sandboxing and hardening, applied by systemd only when it spawns the
   process; it alters nothing the server does, so it waits for the next restart (or an
   explicit ``sglang_apply_pending``).
@@ -116,6 +117,18 @@ def directive_class(section, key):
     if key.startswith("Limit") and section == "Service":
         return RUN
     return _CLASSES.get((section, key), RUN)
+
+
+DAEMON_RELOAD = "daemon-reload"
+ENABLE = "enable"
+
+
+def reload_effect(name):
+    """When a changed reload-only directive ``Section.Key`` takes effect: ``daemon-reload``
+    (the manager reads it from the unit it loaded, so the deploy's ``systemctl
+    daemon-reload`` puts it in effect), or ``enable`` for ``[Install]``, which only
+    ``systemctl enable`` reads."""
+    return ENABLE if name.split(".", 1)[0] == "Install" else DAEMON_RELOAD
 
 
 def _text(data):

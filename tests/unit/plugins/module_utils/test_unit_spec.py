@@ -9,6 +9,7 @@ import pytest
 from ansible_collections.gpufleet.sglang.plugins.module_utils.rollout import (
     _server_unit,
     _unit_spec)
+from ansible_collections.gpufleet.sglang.plugins.module_utils.status import _status
 from ansible_collections.gpufleet.sglang.plugins.module_utils.rollout._server_unit import (
     pending_now,
     plan,
@@ -173,7 +174,57 @@ def test_a_reload_only_change_reloads_only(over, key):
     result = decide_params(params(), params(**over))
     assert result["restart"] is False and result["install"] is True and result["action"] == "reload"
     assert result["reload"] == [key] and result["pending"] == []
-    assert summary(result) == "installed, takes effect at the next restart: %s" % key
+    assert summary(result) == "installed, takes effect at the daemon-reload of this run, no restart: %s" % key
+
+
+def _status_of(p, unit, env, decision, main_pid=PID):
+    """What playbooks/status.yml shows for the record the unit step writes after
+    ``decision``, while ``main_pid`` still runs: the row's ``pending`` and its PENDING
+    column (the 11th)."""
+    rec = record(None, p, _server_unit._sha1(unit), "t", decision["restart"],
+                 env_sha1=_server_unit._sha1(env), decision=decision)
+    props = {"ActiveState": "active", "MainPID": str(main_pid), "ExecMainStartTimestampMonotonic": "1000000"}
+    row = _status.row("h1", rec, props, 313000000, {"route": "/health", "ready": True, "detail": "200"},
+                      {"detail": "ok"}, [], 30000, "sglang.service", "/etc/ansible/facts.d/sglang.fact")
+    return row["pending"], _status.table_line(row).split()[10]
+
+
+def test_a_reload_only_change_takes_effect_at_the_daemon_reload_not_the_next_restart():
+    """Issue 47: systemd's manager reads a reload-only directive from the unit it loaded, so the
+    step's daemon-reload puts it in effect: the report says so, nothing is pending and the
+    status shows nothing pending. The control, a sandboxing option added in the same way,
+    still waits for the next restart, and says so."""
+    old, new = params(), params(restart_sec=30, strategy="tp8-ep8-renamed")
+    result = decide_params(old, new)
+    assert result["action"] == "reload" and result["restart"] is False
+    assert result["reload"] == ["Service.RestartSec", "Unit.Description"] and result["pending"] == []
+    assert summary(result) == ("installed, takes effect at the daemon-reload of this run, no restart: "
+                               "Service.RestartSec, Unit.Description")
+    assert "next restart" not in summary(result)
+    unit, env = files(new)
+    assert _status_of(new, unit, env, result) == ([], "-")
+
+    # the control: a sandboxing option is installed and pending until the next restart
+    unit, env = files(params())
+    sandboxed = decide_between(without_private_mounts(unit), env, unit, env, rec={"release": "0.5.9"})
+    assert sandboxed["action"] == "pending" and sandboxed["restart"] is False
+    assert summary(sandboxed) == "pending: applies at the next restart: Service.PrivateMounts"
+    assert _status_of(params(), unit, env, sandboxed) == (["Service.PrivateMounts"], "PrivateMounts")
+
+
+def test_an_install_section_change_is_read_at_the_next_enable():
+    """[Install] is read by systemctl enable only (the step enables a unit that is not
+    enabled): its change is reload-only, but the report does not claim the daemon-reload
+    applied it."""
+    unit, env = files(params())
+    new_unit = _edit(unit, "WantedBy=multi-user.target", "WantedBy=graphical.target")
+    result = decide_between(unit, env, new_unit, env, rec={"release": "0.5.9"})
+    assert result["action"] == "reload" and result["restart"] is False and result["pending"] == []
+    assert result["reload"] == ["Install.WantedBy"]
+    assert summary(result) == "installed, read at the next systemctl enable, no restart: Install.WantedBy"
+    assert [_unit_spec.reload_effect(name) for name in ("Unit.Description", "Service.KillMode",
+                                                        "Install.WantedBy")] == [
+        "daemon-reload", "daemon-reload", "enable"]
 
 
 def test_a_reload_only_and_a_run_change_restart():
@@ -351,4 +402,5 @@ def test_the_upgrade_from_0_1_0_restarts_nothing():
     assert result["restart"] is False and result["previous_from"] == "files"
     assert result["pending"] == ["Service.PrivateMounts"] and result["reload"] == ["Unit.Documentation"]
     assert summary(result) == ("pending: applies at the next restart: Service.PrivateMounts; "
-                               "installed, takes effect at the next restart: Unit.Documentation")
+                               "installed, takes effect at the daemon-reload of this run, no restart: "
+                               "Unit.Documentation")

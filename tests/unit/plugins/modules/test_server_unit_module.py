@@ -439,6 +439,27 @@ def test_a_missing_account_is_created_and_an_existing_one_left_alone(host, run_m
         assert account_calls == ["usermod --shell /usr/sbin/nologin %s" % host.user]
 
 
+def test_a_reload_only_change_is_in_effect_after_the_daemon_reload(run_module, host):
+    """Issue 47: a changed RestartSec= is installed, systemd reloaded, nothing restarted and
+    nothing pending; the summary says the daemon-reload of this run put it in effect (it
+    used to say "takes effect at the next restart")."""
+    run_module(server_unit, host.args())
+    (host.state / "active").touch()
+    (host.state / "pid").write_text("777\n")
+    host.reset_calls()
+    result, failed = run_module(server_unit, host.args(restart_sec=30))
+    assert not failed, result
+    assert result["changed"] is True and result["restart"] is False and result["action"] == "reload"
+    assert result["reload"] == ["Service.RestartSec"] and result["pending"] == []
+    assert result["summary"] == ("installed, takes effect at the daemon-reload of this run, no restart: "
+                                 "Service.RestartSec")
+    assert "RestartSec=30" in host.unit.read_text()
+    calls = host.calls()
+    assert "systemctl daemon-reload" in calls and not [c for c in calls if c.split()[1] == "restart"]
+    on_disk = json.loads(host.record.read_text())
+    assert on_disk["pending"] == [] and on_disk["pending_pid"] is None
+
+
 def test_a_sandboxing_change_is_pending_until_applied(run_module, host):
     """Issue 23 in the module: a unit installed by a release without PrivateMounts= (and a
     record without run_sha256) is upgraded in place; apply_pending restarts it."""
