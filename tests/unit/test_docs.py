@@ -194,7 +194,7 @@ def inventories(text):
         try:
             doc = yaml.safe_load(tok.content)
         except yaml.YAMLError as exc:
-            found.append((tok.map[0] + 1, None, None, "not YAML: %s" % str(exc).split("\n")[0]))
+            found.append((tok.map[0] + 1, None, None, "not YAML: %s" % str(exc).split("\n", maxsplit=1)[0]))
             continue
         if not (isinstance(doc, dict) and any(isinstance(v, dict) and "hosts" in v for v in doc.values())):
             continue
