@@ -182,7 +182,7 @@ CHECK_PLAY = """
 
 
 def inventories(text):
-    """``(line, inventory, problem)`` of every YAML block of ``text`` that is an inventory (a
+    """``(line, inventory, strategy, problem)`` of every YAML block of ``text`` that is an inventory (a
     group with ``hosts``), with the strategy of the first command after it that passes one
     (``-e sglang_strategy=...``); a YAML block that does not parse is a problem."""
     tokens = MarkdownIt("commonmark").enable("table").parse(text)
