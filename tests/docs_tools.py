@@ -15,6 +15,7 @@ import glob
 import os
 import subprocess
 import sys
+import time
 from html.parser import HTMLParser
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -65,7 +66,25 @@ def run(argv, cwd=ROOT, timeout=600):
     return res.returncode, res.stdout + res.stderr
 
 
-def chromium():
+#: the process of scripts/bootstrap's background install of Chromium (scripts/test)
+CHROMIUM_INSTALL_PID = os.path.join(ROOT, ".cache", "chromium-install.pid")
+
+
+def _installing():
+    try:
+        with open(CHROMIUM_INSTALL_PID) as f:
+            os.kill(int(f.read().strip()), 0)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def chromium(wait_s=900, clock=time.monotonic, sleep=time.sleep, installing=_installing):
+    """The Chromium binary; while scripts/bootstrap still installs it in the background (the
+    process of .cache/chromium-install.pid lives), wait for the install, at most ``wait_s``."""
+    deadline = clock() + wait_s
+    while installing() and clock() < deadline:
+        sleep(2)
     for name in ("chromium", "chromium-browser"):
         for directory in os.environ.get("PATH", "").split(os.pathsep) + ["/usr/bin"]:
             path = os.path.join(directory, name)

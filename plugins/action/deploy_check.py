@@ -12,6 +12,8 @@ import os
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils.check import _inputs
+from ansible_collections.gpufleet.sglang.plugins.module_utils.check import _pd
+from ansible_collections.gpufleet.sglang.plugins.module_utils.check import _pd_roles
 from ansible_collections.gpufleet.sglang.plugins.module_utils.check._topology import (
     TopologyError,
     check_one_batch,
@@ -37,6 +39,9 @@ _ARGS = {
     "served_model_name": "server_served_model_name",
     "api_key": "server_api_key",
     "hf_token": "server_hf_token",
+    "pd_transfer_backend": "sglang_pd_transfer_backend",
+    "pd_bootstrap_port": "sglang_pd_bootstrap_port",
+    "pd_ib_device": "sglang_pd_ib_device",
 }
 
 # What every host of one multi-node server must share.
@@ -100,6 +105,15 @@ class ActionModule(ActionBase):
         layout, problem, deferred = _inputs.layout_or_host(values, nnodes)
         if problem:
             problems.append(problem)
+        if _inputs.is_pd_strategy(values):
+            problems.extend(_pd.router_problems(self._router_releases(task_vars, args)))
+            if layout is not None:
+                result["pd"], more = self._pd(task_vars, args, host, values, layout, nnodes)
+                problems.extend(more)
+            # until prepare, the rollout and the router deploy PD, a PD layout stops here
+            problems.append(_pd.NOT_DEPLOYED)
+        else:
+            problems.extend(self._pins_outside_pd(task_vars, host, values))
         if problems:
             result.update(failed=True, problems=problems, msg=_inputs.report(problems, host))
             return result
@@ -136,6 +150,80 @@ class ActionModule(ActionBase):
         group = args.get("router_group") or ""
         return [(host, self._hostvar(task_vars, host, "router_api_key") or "")
                 for host in (task_vars.get("groups", {}).get(group, []) if group else [])]
+
+    def _router_releases(self, task_vars, args):
+        """``[(host, router_package, router_version)]`` of the routers in front (None where
+        the inventory leaves the router role's default)."""
+        group = args.get("router_group") or ""
+        return [(host, self._hostvar(task_vars, host, "router_package"),
+                 self._hostvar(task_vars, host, "router_version"))
+                for host in (task_vars.get("groups", {}).get(group, []) if group else [])]
+
+    def _pins_outside_pd(self, task_vars, host, values):
+        """A role pinned on this host (``sglang_pd_role``, the groups ``sglang_prefill`` and
+        ``sglang_decode``) under a strategy that is no PD layout: the router role would start
+        in PD mode in front of co-located servers (it reads the pins), so it is refused."""
+        groups = dict((g, task_vars.get("groups", {}).get(g) or [])
+                      for g in _pd_roles.PIN_GROUPS.values())
+        pinned, problems = _pd_roles.pins(
+            [host], {host: self._hostvar(task_vars, host, _pd_roles.PIN_VAR)}, groups)
+        for role, sources in sorted(pinned.get(host, {}).items()):
+            problems.append(
+                "%s pins the role %s on %s, but strategy %s is no prefill/decode "
+                "layout: the router would route in PD mode to co-located servers; use a PD "
+                "layout (prefill:ep8+decode:2xep8) or remove the pin"
+                % (" and ".join(sources), role, host, _inputs.shown(values.get("strategy"))))
+        return problems
+
+    def _pd(self, task_vars, args, host, values, layout, nnodes):
+        """``(pd, problems)``: the PD layout's roles placed on the deploy's server hosts
+        (``_pd_roles.fleet_plan``) and this host's place in it. Pins, multi-node groups, GPU
+        counts and the previous assignment (the deployment record, where facts were
+        gathered: ``ansible_local.sglang.pd``) are read from the hosts' variables."""
+        hosts = list(args.get("rollout_hosts") or task_vars.get("ansible_play_hosts_all") or [host])
+        groups = task_vars.get("groups", {})
+
+        def var(member, *names):
+            for name in names:
+                value = self._hostvar(task_vars, member, name)
+                if value not in (None, ""):
+                    return value
+            return None
+
+        multinode = {}
+        for member in hosts:
+            count = var(member, "server_nnodes", "sglang_nnodes")
+            group = var(member, "server_node_group", "sglang_server_group")
+            if group and group in groups and _inputs.is_positive_int(count) and int(str(count)) > 1:
+                multinode[group] = list(groups[group])
+        counts = set(str(var(m, "sglang_gpu_count")).strip() for m in hosts)
+        gpus = int(counts.pop()) if len(counts) == 1 and all(_inputs.is_positive_int(c) for c in counts) \
+            else None
+        records = {}
+        for member in hosts:
+            local = var(member, "ansible_local")
+            if isinstance(local, dict) and isinstance(local.get("sglang"), dict):
+                records[member] = local["sglang"]
+        release = _inputs.release_of(values)
+        facts = _pd.release_facts(release)
+        plan, problems = _pd_roles.fleet_plan(
+            layout["pd"], hosts, multinode, gpus,
+            dict((m, var(m, "sglang_pd_role")) for m in hosts),
+            dict((g, groups.get(g) or []) for g in _pd_roles.PIN_GROUPS.values()),
+            _pd_roles.previous_from_records(records), facts)
+        mine = (plan or {}).get("hosts", {}).get(host, [])
+        for placement in mine:
+            server = [s for s in plan["servers"] if s["name"] == placement["server"]][0]
+            if server["nnodes"] != nnodes:
+                problems.append(
+                    "%s serves %s, a %s server over %d host(s) (%s), but sglang_nnodes is %d here: "
+                    "the hosts of a multi-node server set sglang_nnodes=%d and sglang_server_group"
+                    % (host, server["name"], server["role"], server["nnodes"],
+                       ", ".join(server["hosts"]), nnodes, server["nnodes"]))
+        backend = values.get("sglang_pd_transfer_backend")
+        return {"layout": layout["name"], "roles": layout["pd"], "plan": plan, "placements": mine,
+                "release": release, "release_facts": facts,
+                "transfer_backend": None if _inputs.is_unset(backend) else backend}, problems
 
     def _topology(self, task_vars, host, nnodes, args):
         group = args.get("server_group") or ""

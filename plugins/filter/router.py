@@ -114,6 +114,50 @@ def router_worker_keys(hosts, groups, hostvars, default_port=30000):
     return out
 
 
+def _servers(hosts, groups, hostvars, default_port):
+    """``[{host, url, members, hv}]``, one per server of ``hosts`` (its rank 0's host; a
+    multi-node server's members from its registered ``__server_request``)."""
+    out = []
+    for host in hosts or []:
+        hv = hostvars.get(host) or {}
+        url = _host_url(host, groups, hostvars, default_port)
+        if not url:
+            continue
+        topology = (hv.get("__server_request") or {}).get("topology") or {}
+        out.append({"host": host, "url": url, "members": list(topology.get("members") or [host]),
+                    "hv": hv})
+    return out
+
+
+def router_restore_hosts(hosts, results, groups, hostvars, default_port=30000):
+    """The hosts to read before the put-back that precedes the first batch: every host of
+    each server that some router would put back, from a looped ``router_worker``
+    (``state: restored``, check mode) result's ``added``."""
+    would = []
+    for res in (results or {}).get("results", []) if isinstance(results, dict) else []:
+        would.extend(res.get("added") or [])
+    servers = [dict((k, v) for k, v in s.items() if k != "hv")
+               for s in _servers(hosts, groups, hostvars, default_port)]
+    return _fleet().restore_hosts(servers, would)
+
+
+def router_restore_inputs(hosts, groups, hostvars, default_port=30000,
+                          hold_var="__server_router_restore_hold",
+                          plan_var="__server_router_restore_unit"):
+    """What every router is asked to put back before the first batch: ``{urls, held,
+    not_at_target, unknown}`` (``_router_fleet.restore_inputs``) from each host's registered
+    hold read (``hold_var``) and check-mode unit plan (``plan_var``, every host of the
+    server)."""
+    servers = []
+    for s in _servers(hosts, groups, hostvars, default_port):
+        hv = s["hv"]
+        servers.append({
+            "host": s["host"], "url": s["url"], "hold": hv.get(hold_var),
+            "inventory_hold": hv.get("sglang_router_hold", False),
+            "plans": dict((m, (hostvars.get(m) or {}).get(plan_var)) for m in s["members"])})
+    return _fleet().restore_inputs(servers)
+
+
 def router_removed(results, url):
     """Whether any router's removal (a looped router_worker result) removed ``url``."""
     url = str(url).strip().rstrip("/")
@@ -133,4 +177,6 @@ class FilterModule(object):
             "router_membership_inputs": router_membership_inputs,
             "router_removed": router_removed,
             "router_worker_keys": router_worker_keys,
+            "router_restore_hosts": router_restore_hosts,
+            "router_restore_inputs": router_restore_inputs,
         }

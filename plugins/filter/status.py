@@ -14,10 +14,12 @@ __metaclass__ = type
 
 
 def status_fleet(hosts, hostvars, routers=None, by_host=None, status_var="__status",
-                 hold_var="__status_hold"):
+                 hold_var="__status_hold", groups=None, servers_group=None):
     """``{lines, rows, missing, failures, ok}`` for ``hosts``. ``routers``: the registered
     loop of router_worker (state=converged, check mode) over the routers (skipped or absent:
-    no router); ``by_host``: host -> worker URL."""
+    no router); ``by_host``: host -> worker URL. ``groups`` (the inventory's) and
+    ``servers_group`` (the servers' group, when the play's target is one): the fleet whose
+    prefill/decode servers pair with each other, for each PD server's peers."""
     from ansible_collections.gpufleet.sglang.plugins.module_utils.status import _status_fleet
 
     hosts = list(hosts or [])
@@ -40,7 +42,12 @@ def status_fleet(hosts, hostvars, routers=None, by_host=None, status_var="__stat
         results.append({"router": name, "membership": res["membership"]})
     ctx = _status_fleet.context(results, by_host or {}, held)
     ctx["routers"] = ctx["routers"] + unreachable if unreachable else ctx["routers"]
-    return _status_fleet.fleet(hosts, rows, header, ctx, unreachable)
+    groups = groups or {}
+    fleet_hosts = list(groups.get(servers_group) or []) if servers_group else []
+    others = [h for h in hosts if h not in rows] + [h for h in fleet_hosts if h not in hosts]
+    inventory = _status_fleet.inventory_pd(others, hostvars, groups)
+    return _status_fleet.fleet(hosts, rows, header, ctx, unreachable, inventory,
+                               fleet_hosts or None)
 
 
 class FilterModule(object):

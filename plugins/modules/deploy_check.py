@@ -30,7 +30,13 @@ extends_documentation_fragment:
   - gpufleet.sglang._attributes.info_module
 options:
   strategy:
-    description: The parallelism strategy (C(tp8), C(pp8), C(ep8), C(ep4) or C(tp<N>[-pp<N>][-ep<N>][-dp<N>])).
+    description:
+      - The parallelism strategy (C(tp8), C(pp8), C(ep8), C(ep4) or C(tp<N>[-pp<N>][-ep<N>][-dp<N>])).
+      - Or a prefill/decode layout, C(prefill:[<N>x]<layout>+decode:[<N>x]<layout>) (C(prefill:ep8+decode:2xep8)).
+        Its roles are placed on the play's hosts (pinned by the host variable C(sglang_pd_role) or the
+        groups C(sglang_prefill) and C(sglang_decode)), and the release's PD flags, the transfer backend,
+        C(server_extra_args) and the routers are checked. A PD layout is refused at the end (RV(pd) still
+        returned) until prepare, the rollout and the router deploy it.
     type: raw
   gpu_count:
     description:
@@ -117,6 +123,22 @@ options:
         refuse every routed request.
     type: str
     default: ""
+  pd_transfer_backend:
+    description:
+      - With a prefill/decode layout, the KV transfer backend forced (C(sglang_pd_transfer_backend)), one of
+        C(mooncake), C(mooncake_tcp) or C(nixl); V(null) chooses from the hosts' RDMA devices in prepare.
+      - Refused when the release's C(--disaggregation-transfer-backend) lacks it (C(mooncake_tcp) before 0.5.23).
+    type: raw
+  pd_bootstrap_port:
+    description:
+      - With a prefill/decode layout, the prefill servers' bootstrap port (C(sglang_pd_bootstrap_port)).
+      - V(null) for the release's default (8998).
+    type: raw
+  pd_ib_device:
+    description:
+      - With a prefill/decode layout, C(--disaggregation-ib-device) given verbatim (C(sglang_pd_ib_device)).
+      - V(null) maps each GPU to its nearest RDMA devices.
+    type: raw
   fleet:
     description:
       - Check only that O(target) selects at least one host of the inventory (the deploy's
@@ -188,6 +210,15 @@ strategy:
 topology:
   description: C(members), C(node_rank), C(rank0), C(dist_init_addr) and C(serves_http) of this host's server.
   returned: success
+  type: dict
+pd:
+  description:
+    - With a prefill/decode layout, C(layout) (its canonical name), C(roles) (each role's C(count), C(layout),
+      C(name), C(gpus)), C(plan) (every server's role, hosts and GPUs, each host's placements, the hosts
+      whose role C(moved)), C(placements) (this host's), C(release), C(release_facts) (the release's PD
+      flags and transfer backends, V(null) for a release the collection has no help text of) and
+      C(transfer_backend) (as forced, or V(null)).
+  returned: with a prefill/decode layout
   type: dict
 problems:
   description: Every problem found, one sentence each.

@@ -21,6 +21,10 @@ description:
   - Turns tokenizer loading off (C(--disable-tokenizer-autoload)) where the release can;
     where it cannot, requires C(hf_endpoint) (a Hub mirror) so the router never
     contacts huggingface.co.
+  - With prefill and decode servers (C(pd_workers) in O(settings)), builds the PD mode's
+    command line (C(--pd-disaggregation), C(--prefill URL PORT), C(--decode URL), a policy per
+    role, the prefill admission limits) instead of C(--worker-urls), and fails when the release
+    cannot route in PD mode.
   - Changes nothing on the host.
 extends_documentation_fragment:
   - gpufleet.sglang._attributes
@@ -86,12 +90,22 @@ help_flags:
   description: How many option strings the release's C(--help) lists.
   type: int
   returned: success
+mode:
+  description: The router's mode, C(regular) (C(--worker-urls)) or C(pd) (prefill/decode).
+  type: str
+  returned: success
+pd_workers:
+  description: The prefill and decode workers (C(host), C(url), C(role), C(bootstrap_port)); empty in the regular mode.
+  type: list
+  elements: dict
+  returned: success
 """
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _command
 from ansible_collections.gpufleet.sglang.plugins.module_utils.router import _router
+from ansible_collections.gpufleet.sglang.plugins.module_utils.router import _router_pd
 from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare._sglang_help import (
     HelpParseError,
     alias_index,
@@ -135,11 +149,15 @@ def main():
     settings = dict(p["settings"], version=version)
     try:
         api = _router.api_for(p["package"], version)
+        pd_workers = _router_pd.normalize_workers(settings.get("pd_workers"))
+        settings["pd_args"] = _router_pd.launch_args(p["package"], version, pd_workers, flags,
+                                                     help_res.stdout, settings)
         argv, env = _router.launch_argv(p["package"], p["venv"], flags, settings)
-    except (_router.RouterError, KeyError) as exc:
+    except (_router.RouterError, KeyError, TypeError, ValueError) as exc:
         module.fail_json(msg="router settings: %s" % exc)
     module.exit_json(changed=False, version=version, api=api, argv=argv, environment=env,
-                     help_flags=len(flags))
+                     help_flags=len(flags), mode="pd" if pd_workers else "regular",
+                     pd_workers=pd_workers)
 
 
 if __name__ == "__main__":

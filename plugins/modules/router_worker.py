@@ -21,8 +21,10 @@ description:
     waits until the router routes to none of them (each is gone, or listed as C(draining);
     smg keeps a removed worker so for about 5 s and routes no new request to it).
   - With O(state=drained), reads the server's SGLang V(/metrics) at O(metrics_url) until
-    C(sglang:num_running_reqs) and C(sglang:num_queue_reqs) are both 0, up to
-    O(drain_timeout) s; on a timeout it fails or goes on, as O(on_drain_timeout) says. A
+    C(sglang:num_running_reqs) and C(sglang:num_queue_reqs) read 0 over 3 s at least (two
+    reads or more) while its progress counters (tokens, finished requests) do not move;
+    the release sets those gauges only when its scheduler reports, so one 0 can be stale. Up
+    to O(drain_timeout) s; on a timeout it fails or goes on, as O(on_drain_timeout) says. A
     refused connection (nothing listens on the port, so the server is still loading or
     down) counts as drained.
   - With O(state=present), adds those of O(urls) the router does not list and waits until
@@ -33,6 +35,14 @@ description:
     added and waited for until the router routes to it; each that is down or held is removed
     and waited for until the router routes to it no more; URLs not in O(urls) are left alone. In
     check mode it only reports (RV(membership), one row per URL).
+  - With O(state=restored), puts back and never removes. Each of O(urls) (the servers that
+    serve what this run deploys, the caller's verdict) that the router does not list (a
+    C(draining) row counts as not listed), that is not in O(held) and whose C(/health)
+    answers 200 (asked from the router's host, as O(state=converged) does) is added and
+    waited for until the router routes to it. Only the URLs the router does not list are
+    asked for their health, so a router that lists every one costs one request. The server
+    role runs it once, on every router, before the first batch of a rollout leaves. In
+    check mode it only reports (RV(unlisted), RV(added), RV(not_ready)).
   - The router does not keep workers across its own restart; the router role's
     C(--worker-urls) does.
 extends_documentation_fragment:
@@ -48,8 +58,8 @@ attributes:
   idempotent:
     support: full
     details:
-      - O(state=present) adds only the URLs the router does not list; O(state=absent)
-        removes only listed ones.
+      - O(state=present) and O(state=restored) add only the URLs the router does not list;
+        O(state=absent) removes only listed ones.
 seealso:
   - module: gpufleet.sglang.server_unit
     description: Its check-mode result tells whether a host will restart (and so needs draining).
@@ -80,16 +90,16 @@ options:
   state:
     description: What to do, see the description.
     type: str
-    choices: [absent, drained, present, converged]
+    choices: [absent, drained, present, converged, restored]
     required: true
   held:
-    description: With O(state=converged), the worker URLs that are held out on purpose.
+    description: With O(state=converged) or O(state=restored), the worker URLs that are held out on purpose.
     type: list
     elements: str
     default: []
   unit_path:
     description:
-      - With O(state=converged), the router's systemd unit on its host. When the router cannot be
+      - With O(state=converged) or O(state=restored), the router's systemd unit on its host. When the router cannot be
         reached and this file does not exist, the router is not installed yet (a first deploy
         before the router role), so nothing is done and RV(skipped_reason) says so.
     type: path
@@ -174,9 +184,21 @@ added:
   description: URLs added.
   type: list
   elements: str
-  returned: O(state=present) or O(state=converged)
+  returned: O(state=present), O(state=converged) or O(state=restored)
+unlisted:
+  description: With O(state=restored), those of O(urls) the router did not list before the call.
+  type: list
+  elements: str
+  returned: O(state=restored)
+not_ready:
+  description:
+    - With O(state=restored), each URL the router did not list and that was not put back, with the
+      reason (C(url), C(reason)).
+  type: list
+  elements: dict
+  returned: O(state=restored)
 skipped_reason:
-  description: Why nothing was done (O(state=converged), the router is not installed yet).
+  description: Why nothing was done (O(state=converged) or O(state=restored), the router is not installed yet).
   type: str
   returned: when nothing was done
 membership:
@@ -202,6 +224,14 @@ queued:
 listening:
   description: Whether the server answered on its port at the last read (false, with 0 running and queued, when the connection was refused).
   type: bool
+  returned: O(state=drained)
+quiet_s:
+  description: How long the last reads showed the server idle (0 gauges, counters still).
+  type: float
+  returned: O(state=drained)
+busy:
+  description: The most requests, running and queued, that one read showed during the wait (what the drain waited for).
+  type: int
   returned: O(state=drained)
 elapsed_s:
   description: Seconds the wait took.
@@ -259,7 +289,8 @@ def main():
             api=dict(type="str", choices=["auto", "workers", "legacy"], default="auto"),
             api_key=dict(type="str", no_log=True),
             urls=dict(type="list", elements="str", default=[]),
-            state=dict(type="str", choices=["absent", "drained", "present", "converged"],
+            state=dict(type="str", choices=["absent", "drained", "present", "converged",
+                                            "restored"],
                        required=True),
             held=dict(type="list", elements="str", default=[]),
             worker_api_keys=dict(type="dict", default={}, no_log=True),
@@ -329,6 +360,15 @@ def main():
                              workers_before=res["before"], workers_after=res["after"],
                              added=res["added"], removed=res["removed"], membership=report,
                              elapsed_s=res["elapsed_s"])
+        if p["state"] == "restored":
+            # only the servers the router does not list are asked: none on a plain re-run
+            res = _router_fleet.put_back_unlisted(
+                router, urls, p["held"], lambda u: probe(u, p["request_timeout"]), p["timeout"],
+                p["interval"], keys, check=module.check_mode)
+            module.exit_json(changed=bool(res["added"]), api=api, workers_before=res["before"],
+                             workers_after=res["after"], added=res["added"],
+                             unlisted=res["unlisted"], not_ready=res["not_ready"],
+                             elapsed_s=res["elapsed_s"])
         if module.check_mode:
             rows = router.workers()
             listed = set(_router.still_routed(rows, urls))
@@ -352,10 +392,11 @@ def main():
     except _router.RouterError as exc:
         module.fail_json(msg=named + str(exc), elapsed_s=round(time.monotonic() - start, 3))
     except OSError as exc:
-        if p["state"] == "converged" and p["unit_path"] and not os.path.exists(p["unit_path"]):
+        if p["state"] in ("converged", "restored") and p["unit_path"] \
+                and not os.path.exists(p["unit_path"]):
             module.exit_json(changed=False, skipped_reason="the router is not installed yet (no "
                              "%s)" % p["unit_path"], membership=[], added=[], removed=[],
-                             elapsed_s=0.0)
+                             unlisted=[], not_ready=[], elapsed_s=0.0)
         module.fail_json(msg="%scannot reach the router at %s: %s" % (named, p["router_url"], exc),
                          elapsed_s=round(time.monotonic() - start, 3))
 

@@ -23,9 +23,13 @@ description:
     Prometheus V(/metrics) (C(sglang:num_running_reqs), C(sglang:num_queue_reqs),
     C(sglang:gen_throughput)). SGLang serves V(/metrics) only when started with
     C(--enable-metrics); without it the metric columns are empty, which is not a problem.
+  - "The prefill/decode (PD) role: from the main process's command line (C(/proc/<MainPID>/cmdline):
+    C(--disaggregation-mode prefill|decode), C(--disaggregation-bootstrap-port), SGLang's 8998 when a
+    prefill server names none), else from the record's C(argv); none of them is a co-located server.
+    The peers of a PD server are the fleet's (filter P(gpufleet.sglang.status_fleet#filter))."
   - Drift is when the sha1 of the unit file and of the environment file on disk against the
-    record's C(unit_sha1) and C(env_sha1) differ from it, or the process that holds the
-    port is not the service's own.
+    record's C(unit_sha1) and C(env_sha1) differ from it, the process that holds the
+    port is not the service's own, or the process runs another PD role than the record says.
   - Never fails for an unhealthy or drifted server; it reports it in RV(row.problems).
     It fails only on bad arguments.
 extends_documentation_fragment:
@@ -156,6 +160,25 @@ row:
       description: How the files or the port differ from the deployment record.
       type: list
       elements: str
+    pd_role:
+      description: C(prefill) or C(decode); null for a co-located server.
+      type: str
+    pd_source:
+      description: Where RV(row.pd_role) was read, C(process) (what runs) or C(record); null with neither.
+      type: str
+    pd_bootstrap_port:
+      description: A prefill server's bootstrap port (null otherwise).
+      type: int
+    pd_transfer_backend:
+      description: The C(--disaggregation-transfer-backend) a PD server names (null when it names none).
+      type: str
+    pd_node_rank:
+      description: The server's C(--node-rank) (0 on a single-host server).
+      type: int
+    pd_peers:
+      description: Null here; the fleet's filter fills it (the servers of the other role).
+      type: list
+      elements: dict
     pending:
       description:
         - The unit's directives (C(Section.Key)) installed but not yet applied to the running
@@ -195,6 +218,7 @@ row:
     queued: 0
     gen_throughput: 195.0
     deployed_at: "2026-12-01T00:50:00Z"
+    pd_role: null
     drift: []
     pending: []
     ok: true
@@ -215,6 +239,7 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils.rollout._health im
 from ansible_collections.gpufleet.sglang.plugins.module_utils.rollout._server_unit import parse_record, read_bytes
 from ansible_collections.gpufleet.sglang.plugins.module_utils.status._status import (
     UNREADABLE,
+    cmdline_argv,
     drift,
     row,
     scheduler_metrics,
@@ -304,6 +329,17 @@ def metrics(http, base):
     return out
 
 
+def process_argv(props):
+    """The main process's command line (for its PD flags), or None when it cannot be read."""
+    try:
+        pid = int(props.get("MainPID") or 0)
+    except ValueError:
+        return None
+    if pid <= 0:
+        return None
+    return cmdline_argv(read_bytes("/proc/%d/cmdline" % pid))
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -358,7 +394,7 @@ def main():
     measured = metrics(http, base) if p["metrics"] else {"detail": "not read"}
 
     result = row(p["name"] or socket.gethostname(), record, props, now_usec, ready, measured, reasons,
-                 port, unit, p["record_path"])
+                 port, unit, p["record_path"], process_argv(props))
     result["port_owner"] = verdict
     module.exit_json(changed=False, header=table_header(), row=result)
 

@@ -214,6 +214,14 @@ CASES = [
     _case("choice-parser", "server_extra_args={--tool-call-parser: kimi_k3}",
           {"server_extra_args": {"--tool-call-parser": "kimi_k3"}},
           ["--tool-call-parser: value 'kimi_k3' is not accepted by sglang 0.5.9"]),
+    # issue 43: a PD flag outside a PD layout (accepted before: every server restarted as a
+    # prefill-only server with no decode peer, /health 200, no warning)
+    _case("pd-flag-outside-layout", "server_extra_args={--disaggregation-mode: prefill}",
+          {"server_extra_args": {"--disaggregation-mode": "prefill"}},
+          ["server_extra_args --disaggregation-mode", 'strategy "pp8" is no PD layout']),
+    _case("pd-backend-release", "sglang_strategy=prefill:pp8+decode:pp8 sglang_pd_transfer_backend=mooncake_tcp (0.5.23 only)",
+          {"sglang_strategy": "prefill:pp8+decode:pp8", "sglang_pd_transfer_backend": "mooncake_tcp"},
+          ["sglang_pd_transfer_backend is mooncake_tcp, but sglang 0.5.9 has no such transfer backend"]),
     _case("extra-list-for-scalar", "server_extra_args={--context-length: [4096, 8192]}",
           {"server_extra_args": {"--context-length": [4096, 8192]}},
           ["--context-length takes a single value in sglang 0.5.9"]),

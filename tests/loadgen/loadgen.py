@@ -155,8 +155,11 @@ def summarize(records, wall_s):
 
 
 def run(base, requests, concurrency, max_tokens=16, model="default", timeout=120,
-        until_file=None, max_requests=None, api_key=None, streams_only=False):
-    """Run the load; returns {"summary": ..., "records": [...]}."""
+        until_file=None, max_requests=None, api_key=None, streams_only=False,
+        long_concurrency=0, long_tokens=160):
+    """Run the load; returns {"summary": ..., "records": [...]}. ``long_concurrency`` more
+    clients send requests of ``long_tokens`` tokens each (``"long": true`` in their records),
+    so that a server has requests in flight whenever it is taken out of a router."""
     routes = STREAM_ROUTES if streams_only else ROUTES
     max_requests = max(max_requests or requests, requests)
     headers = {"Authorization": "Bearer " + api_key} if api_key else {}
@@ -172,7 +175,7 @@ def run(base, requests, concurrency, max_tokens=16, model="default", timeout=120
             return True
         return bool(until_file) and not os.path.exists(until_file)
 
-    def worker():
+    def worker(tokens=max_tokens):
         while True:
             seq = next(counter)
             if not keep_going(seq):
@@ -180,20 +183,25 @@ def run(base, requests, concurrency, max_tokens=16, model="default", timeout=120
             route, stream = route_of(seq, routes)
             started = time.monotonic() - t_start
             rec = one_request(base, route, stream,
-                              request_body(route, stream, max_tokens, model, seq),
+                              request_body(route, stream, tokens, model, seq),
                               timeout, headers)
             rec.update({"seq": seq, "started_s": round(started, 4)})
+            if tokens != max_tokens:
+                rec["long"] = True
             with lock:
                 records.append(rec)
 
     threads = [threading.Thread(target=worker, daemon=True) for _i in range(concurrency)]
+    threads += [threading.Thread(target=worker, args=(long_tokens,), daemon=True)
+                for _i in range(long_concurrency)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     records.sort(key=lambda r: r["seq"])
     summary = summarize(records, time.monotonic() - t_start)
-    summary.update({"concurrency": concurrency, "url": base})
+    summary.update({"concurrency": concurrency, "url": base,
+                    "long": sum(1 for x in records if x.get("long"))})
     return {"summary": summary, "records": records}
 
 
@@ -203,6 +211,9 @@ def main(argv=None):
     ap.add_argument("--requests", type=int, default=600, help="requests to send at least")
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=16)
+    ap.add_argument("--long-concurrency", type=int, default=0,
+                    help="more clients, each sending requests of --long-tokens tokens")
+    ap.add_argument("--long-tokens", type=int, default=160)
     ap.add_argument("--model", default="default")
     ap.add_argument("--timeout", type=float, default=120.0, help="per request, seconds")
     ap.add_argument("--until-file", help="keep sending while this file does not exist")
@@ -218,7 +229,7 @@ def main(argv=None):
     result = run(args.url.rstrip("/"), args.requests, args.concurrency, args.max_tokens,
                  args.model, args.timeout, args.until_file, args.max_requests,
                  os.environ.get(args.api_key_env) if args.api_key_env else None,
-                 args.streams_only)
+                 args.streams_only, args.long_concurrency, args.long_tokens)
     tmp = args.out + ".tmp"
     with open(tmp, "w", encoding="utf-8") as fh:
         json.dump(result, fh, indent=1)

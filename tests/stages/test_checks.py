@@ -83,7 +83,8 @@ def test_docs_site(tmp_path):
     start = time.monotonic()
     _run([os.path.join("scripts", "docs-site")], env={"GPUFLEET_VENV": os.path.dirname(BIN)})
     built = time.monotonic()
-    assert docs_tools.chromium(), "no chromium on PATH (scripts/bootstrap installs Debian's package)"
+    assert docs_tools.chromium(), "no chromium on PATH (scripts/bootstrap installs Debian's package; " \
+        "its background install's log: .cache/chromium-install.log)"
     index = docs_tools.page_facts(docs_tools.dump_dom(os.path.join(docs_tools.SITE, "index.html"),
                                                       str(tmp_path / "profile-index")))
     page = docs_tools.page_facts(docs_tools.dump_dom(

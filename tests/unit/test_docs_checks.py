@@ -115,3 +115,23 @@ def test_page_facts_tell_a_page_with_an_option_table_from_one_without():
     assert facts["option_tables"] == 1 and facts["options"] == ["b", "c"]
     plain = docs_tools.page_facts("<html><head><title>t</title></head><body><table></table></body></html>")
     assert plain["option_tables"] == 0 and plain["options"] == [] and plain["h1"] == ""
+
+
+def test_chromium_waits_for_the_background_install_and_no_longer():
+    """scripts/test installs Chromium beside the tests: the site's test waits while the
+    install's process lives, and gives up at its bound."""
+    now = [0.0]
+    looks = []
+
+    def installing():
+        looks.append(now[0])
+        return now[0] < 10
+
+    def sleep(s):
+        now[0] += s
+
+    docs_tools.chromium(wait_s=100, clock=lambda: now[0], sleep=sleep, installing=installing)
+    assert now[0] == 10 and len(looks) == 6
+    now[0] = 0.0
+    docs_tools.chromium(wait_s=4, clock=lambda: now[0], sleep=sleep, installing=lambda: True)
+    assert now[0] == 4

@@ -25,10 +25,16 @@ import json
 import re
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils.common._weights import ModelError, model_path
+from ansible_collections.gpufleet.sglang.plugins.module_utils.check import _pd
 from ansible_collections.gpufleet.sglang.plugins.module_utils.check._strategy import (
+    PD_FORM,
     StrategyError,
     gpus_needed,
+    is_pd,
+    parse_pd,
     parse_strategy,
+    pd_gpus,
+    pd_name,
     resolve,
     strategy_name,
 )
@@ -277,11 +283,55 @@ def router_key_problems(server_key, routers):
             "(the router then calls each with its key)" % ", ".join(keyed)]
 
 
+def release_of(values):
+    """The release the deploy installs: ``sglang_release``, or the newest tested one when
+    it is unset (a malformed one is reported by :func:`check_fields`)."""
+    value = values.get("sglang_release", MISSING)
+    if is_unset(value) or not isinstance(value, str) or not _RELEASE.match(value):
+        return NEWEST_TESTED_RELEASE
+    return value
+
+
+def is_pd_strategy(values):
+    """Whether the strategy is written as a prefill/decode layout (``_strategy.is_pd``)."""
+    strategy = values.get("strategy", MISSING)
+    return isinstance(strategy, str) and is_pd(strategy)
+
+
+def _pd_inputs(values):
+    """The PD inputs (``_pd``): PD flags in ``server_extra_args`` (refused outside a PD layout,
+    and inside one where the layout sets them); with a PD layout, the release's PD flags and
+    transfer backends (known releases; others are left to prepare, which reads the
+    release's help), ``sglang_pd_transfer_backend``, ``sglang_pd_bootstrap_port`` and
+    ``sglang_pd_ib_device``. A PD layout that does not parse is :func:`layout`'s to report."""
+    strategy = values.get("strategy", MISSING)
+    pd = is_pd_strategy(values)
+    label = "(not set)" if strategy is MISSING else shown(strategy)
+    problems = _pd.extra_args_problems(values.get("server_extra_args"), label, pd)
+    if not pd:
+        return problems
+    try:
+        parse_pd(strategy)
+    except StrategyError:
+        return problems
+    release = release_of(values)
+    backend = values.get("sglang_pd_transfer_backend", MISSING)
+    backend = None if is_unset(backend) else backend
+    problems.extend(_pd.release_problems(label, release, _pd.release_facts(release), backend))
+    bootstrap = values.get("sglang_pd_bootstrap_port", MISSING)
+    port = values.get("server_port", MISSING)
+    problems.extend(_pd.port_problems(None if bootstrap is MISSING else bootstrap,
+                                      None if port is MISSING else port))
+    ib_device = values.get("sglang_pd_ib_device", MISSING)
+    problems.extend(_pd.ib_device_problems(None if ib_device is MISSING else ib_device))
+    return problems
+
+
 def check_fields(values):
     """Every problem with the single inputs, in a stable order."""
     problems = []
     for rule in (_missing, _counts, _versions, _model_repo, _batches, _planner, _extra_args, _server,
-                 _names_and_secrets):
+                 _names_and_secrets, _pd_inputs):
         problems.extend(rule(values))
     return problems
 
@@ -299,12 +349,28 @@ def layout(values, nnodes):
     gpus = values.get("sglang_gpu_count", MISSING)
     if is_unset(strategy) or not (is_unset(gpus) or is_positive_int(gpus)):
         return None, None
+    if is_pd_strategy(values):
+        return pd_layout(strategy)
     try:
         if is_unset(gpus):
             return unchecked_layout(strategy, nnodes), None
         return resolve(strategy, int(str(gpus)), nnodes), None
     except StrategyError as exc:
+        text = str(exc)
+        if text.startswith("unknown strategy"):
+            text += "; or a prefill/decode layout %s" % PD_FORM
+        return None, text
+
+
+def pd_layout(strategy):
+    """``(layout, problem)`` of a PD layout: ``{"name", "pd": roles, "gpus"}`` (``roles``:
+    ``_strategy.parse_pd``'s; ``gpus``: every server of both roles). Which hosts serve which
+    role, and whether the GPUs fit, is the fleet's question (``_pd_roles.fleet_plan``)."""
+    try:
+        roles = parse_pd(strategy)
+    except StrategyError as exc:
         return None, str(exc)
+    return {"name": pd_name(roles), "pd": roles, "gpus": pd_gpus(roles)}, None
 
 
 def layout_or_host(values, nnodes):
@@ -316,7 +382,7 @@ def layout_or_host(values, nnodes):
     with the same words as here."""
     found, problem = layout(values, nnodes)
     gpus = values.get("sglang_gpu_count", MISSING)
-    if problem is None or is_unset(gpus):
+    if problem is None or is_unset(gpus) or is_pd_strategy(values):
         return found, problem, None
     try:
         return unchecked_layout(values.get("strategy"), nnodes), None, problem

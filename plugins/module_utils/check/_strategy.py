@@ -22,6 +22,26 @@ attention only with ``enable_dp_attention``; ``data_parallel_controller.py`` pla
 replicas on consecutive GPU ids), which is not a strategy here (the capacity planner can
 still plan it with ``dp_attention=False``).
 
+A **prefill/decode (PD) layout** splits serving into prefill servers and decode servers
+(SGLang's ``--disaggregation-mode prefill|decode``), each role with its own one-server
+layout and its number of servers. Its grammar (:func:`parse_pd`)::
+
+    pd_layout := role "+" role            one prefill role and one decode role, either order
+    role      := ("prefill" | "decode") ":" [count "x"] layout
+    count     := a positive integer: the role's servers (1 when left out)
+    layout    := one server's strategy, any form above (a preset or tp<N>[-pp<N>][-ep<N>][-dp<N>])
+
+e.g. ``prefill:ep8+decode:2xep8`` (one prefill server on ep8, two decode servers on ep8:
+"1P2D"), ``prefill:2xep8+decode:ep8`` (2P1D), ``prefill:tp16+decode:2xep8`` (a prefill
+server over two hosts of 8 GPUs, the existing multi-node path). Case and blanks around
+the words do not count; the canonical name (:func:`pd_name`) puts prefill first and leaves
+a count of 1 out. There is no comma in it, so a comma-separated list of strategies (the
+tune's and the planner's ``strategies``) can hold PD layouts. Each role's layout obeys the
+rules below for its own servers; which hosts (or which GPUs of a host) serve each role is
+``_pd_roles.assign``'s to decide, and the role's flags ``_pd.role_flags``'s.
+:func:`parse_strategy` refuses a PD layout (it names one server's layout): a step that
+takes one server's layout says so instead of misreading it.
+
 SGLang's rules that a layout must obey before any server is touched:
 
 * ``tp * pp`` GPUs per server (:func:`gpus_needed`) equal the GPUs the server's hosts
@@ -52,6 +72,18 @@ VALID_FORMS = (
     "or pp<N>[-ep<N>]"
 )
 
+#: The roles of a PD layout, in their canonical order.
+PD_ROLES = ("prefill", "decode")
+
+#: The PD grammar, for messages.
+PD_FORM = ("prefill:[<N>x]<layout>+decode:[<N>x]<layout>, each <layout> one server's strategy "
+           "(e.g. prefill:ep8+decode:2xep8: one prefill server on ep8, two decode servers on ep8)")
+
+_PD_ROLE = re.compile(r"^(?P<role>[a-z]+)\s*:\s*(?:(?P<count>[0-9]+)\s*x\s*)?(?P<layout>\S*)$")
+
+#: The most servers one role may have.
+_MAX_SERVERS = 1024
+
 _GRAMMAR = re.compile(
     r"^(?:tp(?P<tp>[1-9][0-9]*)(?:-pp(?P<pp>[1-9][0-9]*))?|pp(?P<pp_only>[1-9][0-9]*))"
     r"(?:-ep(?P<ep>[1-9][0-9]*))?(?:-dp(?P<dp>[1-9][0-9]*))?$"
@@ -79,6 +111,10 @@ def parse_strategy(name):
     text = name.strip().lower()
     if text in PRESETS:
         return dict(PRESETS[text])
+    if is_pd(text):
+        raise StrategyError(
+            "strategy %s is a prefill/decode (PD) layout: it names the servers of two roles, "
+            "and this step takes one server's layout (%s)" % (_shorten(name), VALID_FORMS))
     match = _GRAMMAR.match(text)
     if not match:
         raise StrategyError(
@@ -92,6 +128,80 @@ def parse_strategy(name):
         "dp": int(groups["dp"] or 1),
     }
     return normalize_layout(layout, source=name)
+
+
+def is_pd(name):
+    """Whether ``name`` is written as a PD layout (it has a ``:`` or a ``+``), well formed or
+    not: :func:`parse_pd` is then the parser whose message fits."""
+    return isinstance(name, str) and (":" in name or "+" in name)
+
+
+def parse_pd(name):
+    """Turn a PD layout into its roles: ``{"prefill": {"count", "layout", "name", "gpus"},
+    "decode": {...}}``; ``layout`` is :func:`parse_strategy`'s dict of that role's one
+    server, ``name`` its canonical name, ``gpus`` what one server of it needs
+    (:func:`gpus_needed`).
+
+    Raises StrategyError naming the input, the role and the PD form.
+    """
+    if not isinstance(name, str):
+        raise StrategyError("a PD layout must be a string, got %s %r; form: %s"
+                            % (type(name).__name__, name, PD_FORM))
+    label = _shorten(name)
+    parts = name.strip().lower().split("+")
+    if len(parts) != 2:
+        raise StrategyError("PD layout %s must name two roles joined by one '+' (got %d part%s); "
+                            "form: %s" % (label, len(parts), "" if len(parts) == 1 else "s", PD_FORM))
+    roles = {}
+    for part in parts:
+        match = _PD_ROLE.match(part.strip())
+        if not match:
+            raise StrategyError("PD layout %s: %s is not <role>:[<N>x]<layout>; form: %s"
+                                % (label, _shorten(part.strip()), PD_FORM))
+        role = match.group("role")
+        if role not in PD_ROLES:
+            raise StrategyError("PD layout %s: unknown role %s; the roles are prefill and decode; "
+                                "form: %s" % (label, _shorten(role), PD_FORM))
+        if role in roles:
+            raise StrategyError("PD layout %s names %s twice; it needs one prefill and one decode "
+                                "role; form: %s" % (label, role, PD_FORM))
+        count = match.group("count")
+        if count is not None and not (count.isdigit() and count[0] != "0"
+                                      and 1 <= int(count) <= _MAX_SERVERS):
+            raise StrategyError("PD layout %s: the %s count must be between 1 and %d servers, got %s"
+                                % (label, role, _MAX_SERVERS, count))
+        if not match.group("layout"):
+            raise StrategyError("PD layout %s: the %s role has no layout; form: %s"
+                                % (label, role, PD_FORM))
+        try:
+            layout = parse_strategy(match.group("layout"))
+        except StrategyError as exc:
+            raise StrategyError("PD layout %s, %s role: %s" % (label, role, exc))
+        roles[role] = {"count": int(count or 1), "layout": layout, "name": strategy_name(layout),
+                       "gpus": gpus_needed(layout)}
+    missing = [r for r in PD_ROLES if r not in roles]
+    if missing:
+        raise StrategyError("PD layout %s has no %s role; form: %s" % (label, missing[0], PD_FORM))
+    return roles
+
+
+def pd_name(roles):
+    """The canonical name of a PD layout (:func:`parse_pd`'s roles, or its text): prefill
+    first, a count of 1 left out, each layout by :func:`strategy_name`."""
+    if isinstance(roles, str):
+        roles = parse_pd(roles)
+    parts = []
+    for role in PD_ROLES:
+        spec = roles[role]
+        count = int(spec.get("count", 1))
+        parts.append("%s:%s%s" % (role, "" if count == 1 else "%dx" % count,
+                                  strategy_name(spec["layout"])))
+    return "+".join(parts)
+
+
+def pd_gpus(roles):
+    """GPUs of a whole PD layout: every server of both roles."""
+    return sum(int(roles[r]["count"]) * gpus_needed(roles[r]["layout"]) for r in PD_ROLES)
 
 
 def normalize_layout(layout, source=None):

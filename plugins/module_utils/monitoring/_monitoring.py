@@ -13,6 +13,15 @@ runs there (``strategy``, ``release`` from the deployment record ``ansible_local
 ``model_commit`` from the model directory's marker) and where (``host``, ``site``,
 ``group``), so that the alert rules can name the host and compare a server with the rest
 of its group.
+
+``pd_role`` says a server's prefill/decode role: ``prefill`` or ``decode`` (the record's
+``argv``, ``--disaggregation-mode``), ``none`` for a co-located server, and, without a
+record, the inventory's pin (``sglang_pd_role``, the groups ``sglang_prefill`` and
+``sglang_decode``) or ``unknown``, as ``strategy`` and ``release`` say ``unknown``. Every
+target has the label: Prometheus reads an absent label as the empty value, so
+``pd_role="none"`` reads plainly where ``pd_role=""`` would not, in selectors, in ``by
+(pd_role)`` and in ``{{ $labels.pd_role }}`` (the status table's words: prefill, decode,
+and co-located for none).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -27,6 +36,7 @@ except ImportError:  # pragma: no cover - Python 2 is not supported by the colle
     from urlparse import urlsplit  # type: ignore
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils.router import _router
+from ansible_collections.gpufleet.sglang.plugins.module_utils.status._status_fleet import inventory_pd
 
 #: Prometheus label values we write; names follow Prometheus' label name rule.
 LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
@@ -48,7 +58,20 @@ def _record(hv):
     return rec if isinstance(rec, dict) else {}
 
 
-def server_labels(host, hv, group):
+#: ``pd_role`` of a co-located server.
+NO_PD_ROLE = "none"
+
+
+def pd_role(host, hv, groups=None):
+    """A server's ``pd_role`` label (the module's doc): the record's role, ``none`` for a
+    co-located record, else the inventory's pin, else ``unknown``."""
+    facts = inventory_pd([host], {host: hv}, groups).get(host)
+    if facts is None:
+        return UNKNOWN
+    return str(facts["role"] or NO_PD_ROLE)
+
+
+def server_labels(host, hv, group, groups=None):
     """The labels of one server's target: what the record says runs there, and where."""
     rec = _record(hv)
     return {
@@ -57,6 +80,7 @@ def server_labels(host, hv, group):
         "group": group,
         "strategy": str(rec.get("strategy") or UNKNOWN),
         "release": str(rec.get("release") or UNKNOWN),
+        "pd_role": pd_role(host, hv, groups),
         "model_commit": str(hv.get("__monitoring_model_commit") or UNKNOWN),
     }
 
@@ -107,7 +131,7 @@ def server_targets(servers, groups, hostvars, group, default_port=30000, extra_l
             errors.append(str(exc))
             continue
         labels = dict(extra)
-        labels.update(server_labels(host, hostvars[host], group))
+        labels.update(server_labels(host, hostvars[host], group, groups))
         if scheme != "http":
             labels["__scheme__"] = scheme
         out.append({"targets": [target], "labels": labels})
@@ -181,6 +205,27 @@ def model_commit(marker):
 #     clamp_min(health, 0), so both read as not healthy), smg_worker_cb_state (0 closed,
 #     1 open, 2 half open),
 #     both labelled ``worker`` (the worker URL);
+#   SGLang's PD counters (prefill/decode servers; read in the wheels from PyPI):
+#     sglang:num_bootstrap_failed_reqs_total and sglang:num_transfer_failed_reqs_total,
+#     Counters of SchedulerMetricsCollector (0.5.23 srt/observability/metrics_collector.py
+#     l.667-676; 0.5.9 srt/metrics/collector.py l.454-463), labelled as the scheduler's
+#     gauges (engine_type "prefill"/"decode", tp_rank, ...). Incremented once per request
+#     aborted with 500: a prefill request whose bootstrap failed (0.5.23
+#     disaggregation/prefill.py l.1377; 0.5.9 l.301) or whose KV send failed (l.1312; 0.5.9
+#     l.600), a decode request whose handshake failed (decode.py l.1177; 0.5.9 l.464) or
+#     whose KV never came or came corrupt (l.2827, l.3373; 0.5.9 l.857, l.872). The
+#     timeouts count there: SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT and
+#     ..._WAITING_TIMEOUT (300 s each) set the request's poll to Failed ("timed out after
+#     ... in KVPoll.Bootstrapping" / "... in KVPoll.WaitingForInput",
+#     disaggregation/common/conn.py l.2385-2407, l.2888-2912 in 0.5.23). A labelled
+#     counter has no sample before its first increment (``.labels(...).inc(1)``,
+#     metrics_collector.py l.1434-1438), so the rule also counts a series that appeared
+#     within the window. smg 1.13.0 counts no SGLang KV transfer: its
+#     smg_pd_kv_transfer_failures_total is vLLM NIXL's missing kv_transfer_params,
+#     smg_pd_bootstrap_failures_total a request body that is not a JSON object, and
+#     smg_pd_rendezvous_failures_total, on the HTTP path, only a prefill's bootstrap port
+#     that refused smg's probe at registration (none of them in the smg metric list the
+#     rules are checked against, tests/fixtures/smg/metric-names.txt);
 #   Prometheus itself: ``up`` of each scrape target (0: the server did not answer /metrics).
 # ---------------------------------------------------------------------------------------
 
@@ -199,7 +244,15 @@ RULE_DEFAULTS = {
     "queue_for": "10m",
     "stalled_for": "5m",
     "drift_for": "10m",
+    "kv_transfer_window": "5m",
+    "kv_transfer_for": "1m",
 }
+
+#: SGLang's PD failure counters, by the ``failure`` label the KV transfer alert gives them.
+KV_TRANSFER_FAILURES = (
+    ("bootstrap", "sglang:num_bootstrap_failed_reqs_total"),
+    ("transfer", "sglang:num_transfer_failed_reqs_total"),
+)
 
 DRIFT_RECORD = "sglang_fleet:servers:count_by_release_strategy"
 
@@ -241,8 +294,27 @@ def _alert(name, expr, duration, severity, summary, description):
             "annotations": {"summary": summary, "description": description}}
 
 
+def kv_transfer_failures_expr(server_job, window):
+    """Failed KV bootstraps and transfers per server within ``window``: ``sum by (group,
+    host, instance, pd_role, engine_type, failure)``, ``failure`` ``bootstrap`` or
+    ``transfer`` (:data:`KV_TRANSFER_FAILURES`). A counter's ``increase`` where it rose, else
+    a series that appeared within the window (its first failure since the server started;
+    only where Prometheus scraped the server a window ago, so that a new Prometheus does not
+    read old failures as new)."""
+    srv = 'job="%s"' % server_job
+    parts = []
+    for failure, metric in KV_TRANSFER_FAILURES:
+        series = "%s{%s}" % (metric, srv)
+        parts.append(
+            'label_replace((increase(%s[%s]) > 0) or ((%s unless %s offset %s) and on (instance) '
+            '(up{%s} offset %s)), "failure", "%s", "", "")'
+            % (series, window, series, series, window, srv, window, failure))
+    return "sum by (group, host, instance, pd_role, engine_type, failure) (%s) > 0" % (
+        " or ".join(parts))
+
+
 def alert_rules(settings=None):
-    """The rule file's content (a dict Prometheus reads as YAML): one group, seven alerts."""
+    """The rule file's content (a dict Prometheus reads as YAML): one group, eight alerts."""
     s = check_rule_settings(settings)
     srv = 'job="%s"' % s["server_job"]
     rtr = 'job="%s"' % s["router_job"]
@@ -319,6 +391,22 @@ def alert_rules(settings=None):
             "differs from the rest of group {{ $labels.group }}. Next: "
             "`ansible-playbook playbooks/deploy.yml -l {{ $labels.host }}` with the group's "
             "strategy and release, then re-run playbooks/monitoring.yml to refresh the labels."),
+        _alert(
+            "SGLangKVTransferFailing",
+            kv_transfer_failures_expr(s["server_job"], s["kv_transfer_window"]),
+            s["kv_transfer_for"], "critical",
+            "{{ $labels.host }} fails KV {{ $labels.failure }}s of prefill/decode requests",
+            "{{ $labels.host }} ({{ $labels.engine_type }} server, group {{ $labels.group }}) "
+            "counted {{ $value | humanize }} failed KV {{ $labels.failure }}s in the last "
+            + s["kv_transfer_window"] + " (sglang:num_{{ $labels.failure }}_failed_reqs_total; "
+            "the release's timeouts, SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT and "
+            "SGLANG_DISAGGREGATION_WAITING_TIMEOUT, 300 s each, count there): each of those "
+            "requests was aborted with a 500. Next: `" + status + "` (its PD and PEERS "
+            "columns: is every peer up?), then `journalctl -u sglang` on {{ $labels.host }} "
+            "and on its peers for 'bootstrap failed', 'handshake failed', 'transfer failed' or "
+            "'timed out after'; "
+            "a decode host must reach every prefill host's bootstrap and transfer ports "
+            "(playbooks/deploy.yml checks it before any host changes)."),
     ]
     return {"groups": [{"name": "gpufleet-sglang", "rules": rules}]}
 

@@ -15,7 +15,8 @@ failed check. Formats handled (all seen in the real outputs under
 * ``nvidia-smi -q`` (the "NVSMI LOG" dump);
 * the plain ``nvidia-smi`` table (``Driver Version`` or R610's ``KMD Version``);
 * ``nvidia-smi --query-compute-apps=...`` CSV;
-* ``nvidia-smi topo -m`` (tab or space separated, ANSI escapes on the header);
+* ``nvidia-smi topo -m`` (tab or space separated, ANSI escapes on the header), its GPU
+  links and its GPU-to-NIC links with the NIC legend (:func:`parse_topology_nics`);
 * ``nvidia-smi -L``;
 * ``nvcc --version`` and ``nvcc --list-gpu-arch``.
 """
@@ -460,6 +461,59 @@ def parse_topology(text):
         nv = [c for c in links.values() if c.startswith("NV")]
         kind = "nvlink" if len(nv) == len(links) else ("pcie" if not nv else "mixed")
     return {"kind": kind, "gpus": size, "links": links}
+
+
+_NIC_LEGEND = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
+
+
+def parse_topology_nics(text):
+    """The GPU-to-NIC links of ``nvidia-smi topo -m``: ``{'gpus': [0, ...], 'nics':
+    {name: {gpu: cell}}}``, one entry per NIC column, named by the NIC legend
+    (``NIC0: mlx5_0``) where the output has one, else by its column (``NIC0``); ``cell`` is
+    the matrix cell (``PIX``, ``PXB``, ``PHB``, ``NODE``, ``SYS``). A matrix without NIC
+    columns gives ``nics: {}``. What the links mean for PD's RDMA devices is
+    ``check/_pd.ib_device_value``'s to decide.
+    """
+    lines = [strip_ansi(line) for line in (text or "").splitlines()]
+    header = None
+    for pos, line in enumerate(lines):
+        tokens = line.split()
+        if not tokens or not re.match(r"^GPU\d+$", tokens[0]):
+            continue
+        # the header is "GPU0 [GPU1 ... NIC0 ...] CPU Affinity ...", a row "GPU0 X <cell> ..."
+        if len(tokens) == 1 or not (tokens[1].upper() == "X" or re.match(
+                r"^(NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)$", tokens[1].upper())):
+            header = (pos, [t for t in tokens if re.match(r"^(GPU|NIC)\d+$", t)])
+            break
+    if header is None:
+        raise ParseError("no GPU header row in topo -m output")
+    pos, columns = header
+    gpus = [int(c[3:]) for c in columns if c.startswith("GPU")]
+    legend = {}
+    for line in lines:
+        match = _NIC_LEGEND.match(line)
+        if match:
+            legend[match.group(1)] = match.group(2)
+    nics = dict((legend.get(c, c), {}) for c in columns if c.startswith("NIC"))
+    for line in lines[pos + 1:]:
+        tokens = line.split()
+        match = re.match(r"^GPU(\d+)$", tokens[0]) if tokens else None
+        if not match:
+            continue
+        cells = tokens[1:1 + len(columns)]
+        if len(cells) < len(columns):
+            raise ParseError("topo row %s has %d cells, expected %d" % (tokens[0], len(cells), len(columns)))
+        for column, cell in zip(columns, cells):
+            if not column.startswith("NIC"):
+                continue
+            cell = cell.upper()
+            if cell not in _LINK_PCIE:
+                raise ParseError("unknown topo link %r between %s and %s" % (cell, tokens[0], column))
+            nics[legend.get(column, column)][int(match.group(1))] = cell
+    for name, links in nics.items():
+        if sorted(links) != sorted(gpus):
+            raise ParseError("topo NIC %s has links to GPUs %s, expected %s" % (name, sorted(links), gpus))
+    return {"gpus": gpus, "nics": nics}
 
 
 def parse_nvcc_version(text):

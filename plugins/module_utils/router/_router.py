@@ -36,7 +36,10 @@ import time
 from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _secret_exec
 from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _version
 from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _waiter
-from ansible_collections.gpufleet.sglang.plugins.module_utils.status._status import scheduler_metrics
+from ansible_collections.gpufleet.sglang.plugins.module_utils.status._status import (
+    parse_exposition,
+    scheduler_metrics,
+)
 
 PACKAGES = ("smg", "sglang-router")
 APIS = ("workers", "legacy")
@@ -116,14 +119,21 @@ def launch_argv(package, venv, flags, settings):
     if not s["worker_urls"]:
         raise RouterError("router_worker_urls is empty: the inventory names no server to "
                           "route to (expected at least one rank-0 server)")
+    # PD mode: _router_pd.launch_args, checked against the release's flags there. The
+    # launcher drops --worker-urls in PD mode, and --prefill-policy and --decode-policy
+    # override --policy, so neither is given.
+    pd_args = [str(a) for a in s.get("pd_args") or []]
     # smg gives a worker a key only when it is added with one ("Adding worker ... without
     # API key"): a server with a key is left out here and added after the start with it
     # (the router role's run step, router_worker's worker_api_keys)
     own_key = set(normalize_url(u) for u in s.get("own_key_urls") or [])
     startup = [u for u in (normalize_url(w) for w in s["worker_urls"]) if u not in own_key]
-    if startup:
-        add("--worker-urls", startup, "router_worker_urls")
-    add("--policy", s["policy"], "router_policy")
+    if pd_args:
+        argv.extend(pd_args)
+    else:
+        if startup:
+            add("--worker-urls", startup, "router_worker_urls")
+        add("--policy", s["policy"], "router_policy")
     add("--prometheus-host", s["prometheus_host"], "router_prometheus_host")
     add("--prometheus-port", s["prometheus_port"], "router_prometheus_port")
     add("--health-check-interval-secs", s["health_check_interval"],
@@ -233,12 +243,66 @@ def check_min_serving(rows, removing, min_serving):
 
 
 def is_drained(metrics_text):
-    """``(drained, running, queued)`` from a server's ``/metrics`` text."""
+    """``(idle, running, queued)`` from a server's ``/metrics`` text: whether its scheduler
+    gauges read 0. One such reading does not make a drained server (see :func:`drain`)."""
     m = scheduler_metrics(metrics_text)
     if m["running"] is None or m["queued"] is None:
         raise RouterError("the server's /metrics has no sglang:num_running_reqs or "
                           "sglang:num_queue_reqs (is it started with --enable-metrics?)")
     return m["running"] + m["queued"] == 0, m["running"], m["queued"]
+
+
+# Counters of /metrics that move while the server does work for a request (read in the
+# released wheels, paths under sglang/srt/): the scheduler's sglang:realtime_tokens_total
+# after every forward, prefill and decode (0.5.9 metrics/collector.py l.778,
+# managers/scheduler_metrics_mixin.py l.245 and l.476-483; 0.5.23
+# observability/metrics_collector.py l.1032, managers/scheduler_components/
+# metrics_reporter.py l.810 and l.910-916; not in 0.5.4.post3 and older); the tokenizer's
+# TTFT and inter-token histograms at each output sent to it (0.5.23
+# managers/tokenizer_manager.py l.3219-3251; the health check's request is not counted,
+# log_metrics=False, entrypoints/http_server.py l.761) and its finished-request counters.
+PROGRESS_COUNTERS = (
+    "sglang:realtime_tokens_total",
+    "sglang:time_to_first_token_seconds_count",
+    "sglang:inter_token_latency_seconds_count",
+    "sglang:time_per_output_token_seconds_count",
+    "sglang:generation_tokens_total",
+    "sglang:num_requests_total",
+)
+
+# Seconds the gauges must read 0 with PROGRESS_COUNTERS unchanged before a server counts
+# as drained. The gauges lag the scheduler: sglang:num_running_reqs and
+# sglang:num_queue_reqs are set only when the scheduler reports, after each prefill batch
+# (the running count then leaves out the requests of that batch), every
+# --decode-log-interval decode steps (default 40) and, when idle, at once from 0.5.23 but
+# only 30 s after the last report up to 0.5.9 (0.5.23 managers/scheduler_components/
+# metrics_reporter.py l.856-862, l.934, l.1076-1081, l.1476-1525; 0.5.9
+# managers/scheduler_metrics_mixin.py l.257-265, l.418-428,
+# managers/scheduler_output_processor_mixin.py l.534,
+# managers/scheduler_runtime_checker_mixin.py l.253-290). A request the HTTP server holds
+# but the scheduler has not received (tokenizing) is in neither gauge. So a 0 can be
+# stale: the quiet time must outlast one forward (0.5.9 and later, whose
+# realtime_tokens_total moves at each one) and 40 decode steps (older releases).
+DRAIN_QUIET_S = 3.0
+
+# The counter a release moves at every forward (0.5.9 and later; its family is named in
+# /metrics, with no sample before the first forward). Where the release has it, readings
+# over the quiet time in which it does not move prove that no forward ran, so no request
+# runs, whatever the gauges still say: up to 0.5.9 the idle report that sets them to 0
+# comes only 30 s after the last report.
+PER_FORWARD_COUNTER = "sglang:realtime_tokens_total"
+
+
+def work_done(metrics_text):
+    """The sums of :data:`PROGRESS_COUNTERS` in a ``/metrics`` text, in that order (None
+    for a counter the text lacks): equal sums in two readings mean no forward ran and no
+    output reached the HTTP server in between."""
+    wanted = set(PROGRESS_COUNTERS)
+    sums = {}
+    for name, _labels, value in parse_exposition(metrics_text):
+        if name in wanted:
+            sums[name] = sums.get(name, 0.0) + value
+    return tuple(sums.get(name) for name in PROGRESS_COUNTERS)
 
 
 # ---- the router over HTTP ----
@@ -404,25 +468,45 @@ def converge(router, plan, timeout, interval, keys=None, **clock):
             "added": added, "removed": removed}
 
 
-def drain(read_metrics, timeout, interval, **clock):
+def drain(read_metrics, timeout, interval, quiet=DRAIN_QUIET_S, **clock):
     """Wait until the server has no running or queued request. ``read_metrics()`` returns
     the ``/metrics`` text, or None when nothing listens on the server's port (a server
-    still loading, or down, has no request to finish). Returns ``{"drained", "elapsed_s",
-    "running", "queued", "listening"}``."""
-    last = {}
+    still loading, or down, has no request to finish). One reading of 0 may be a stale
+    report (see :data:`DRAIN_QUIET_S`), so drained means: readings that span at least
+    ``quiet`` s (two readings at least) in which the :func:`work_done` counters did not
+    move, and the gauges read 0 in all of them, or the release names
+    :data:`PER_FORWARD_COUNTER` (then a gauge above 0 is a stale report: no forward ran).
+    Returns ``{"drained", "elapsed_s", "running",
+    "queued", "listening", "quiet_s", "busy"}`` (``quiet_s``: how long the last readings
+    were quiet; ``busy``: the most requests, running and queued, that a reading showed:
+    what the drain waited for)."""
+    now = clock.get("clock", time.monotonic)
+    last = {"busy": 0}
+    streak = {}  # the first quiet reading: its time and counters
 
     def idle():
         text = read_metrics()
         if text is None:
-            last.update(running=0, queued=0, listening=False)
+            last.update(running=0, queued=0, listening=False, quiet_s=0.0)
             return True
         done, running, queued = is_drained(text)
-        last.update(running=running, queued=queued, listening=True)
-        return done
+        last.update(running=running, queued=queued, listening=True, quiet_s=0.0,
+                    busy=max(last["busy"], int(running + queued)))
+        work = work_done(text)
+        idle_reading = done or PER_FORWARD_COUNTER in text
+        if not idle_reading or streak.get("work") != work:
+            streak.clear()
+            if idle_reading:
+                streak.update(at=now(), work=work)
+            return False
+        quiet_s = now() - streak["at"]
+        last["quiet_s"] = round(quiet_s, 3)
+        return quiet_s >= quiet
 
     done, elapsed = wait_for(idle, timeout, interval, **clock)
     return {"drained": bool(done), "elapsed_s": elapsed, "running": last.get("running"),
-            "queued": last.get("queued"), "listening": last.get("listening")}
+            "queued": last.get("queued"), "listening": last.get("listening"),
+            "quiet_s": last.get("quiet_s"), "busy": last["busy"]}
 
 
 def worker_urls(servers, groups, hostvars, default_port=30000):

@@ -16,6 +16,11 @@
 * :func:`membership`: what one router must add and remove so that it lists every serving,
   healthy, not held server and no other server of the inventory.
 * :func:`batch_urls`: the worker URLs of a batch's hosts that a flag selects.
+* :func:`unlisted`, :func:`restore_hosts`, :func:`restore_inputs`, :func:`restore`,
+  :func:`put_back_unlisted`: before any batch of a rollout leaves, every ready server
+  that a router does not list is put back (a controller killed between a server's
+  removal and its re-add leaves it out of every router; the next run must not take the
+  others out while it is).
 
 Plain Python, no Ansible imports.
 """
@@ -26,6 +31,7 @@ __metaclass__ = type
 
 import re
 
+from ansible_collections.gpufleet.sglang.plugins.module_utils.router import _router
 from ansible_collections.gpufleet.sglang.plugins.module_utils.router._router import is_leaving
 
 DEFAULT_ROUTER_PORT = 30000
@@ -168,3 +174,146 @@ def membership_report(router, rows, candidates, held, healthy):
                     "healthy_in_router": None if row is None else row.get("healthy"),
                     "serving": serving, "held": url in held, "problem": problem})
     return out
+
+
+# ---- before any batch leaves: put back the ready servers a router does not list ----
+#
+# A rolling switch takes a batch out of every router, drains it, restarts it, waits until
+# it is ready and puts it back. A controller killed after the removal and before the re-add
+# leaves that server out of every router; the next run finds nothing to restart on it (it
+# serves the target already), so no batch puts it back, and the final membership
+# convergence comes only after every batch has left and come back. So, once, before the
+# first batch leaves, every router puts back each server that is *ready*:
+#
+# * it serves the target: the check-mode unit plan of every host of the server
+#   (``_server_unit.plan``, the deploy's one restart decision) says no restart; a server
+#   still running what this run replaces (a kill before its unit was installed, or a
+#   restart owed since one was) is left to its batch, which puts it back after its restart;
+# * it is not held (the hold marker, read this run, or the inventory's hold);
+# * it is healthy: its ``/health`` answers 200 from the router's host (``router_worker``'s
+#   probe, the one membership convergence uses, and the route the router's own health
+#   check asks by default); the add then waits until the router routes to it
+#   (``_router.put_back``).
+
+
+def unlisted(urls, rows):
+    """Those of ``urls`` the router does not list (a row it keeps draining counts as not
+    listed, as in :func:`membership`), in order, each once."""
+    listed = set(r["url"] for r in rows if not is_leaving(r))
+    out = []
+    for url in [_norm(u) for u in urls or []]:
+        if url not in listed and url not in out:
+            out.append(url)
+    return out
+
+
+def restore(candidates, held, healthy, rows):
+    """What one router puts back before any batch leaves; it never removes.
+
+    ``candidates``: the worker URLs of the servers that serve the target (see
+    :func:`restore_inputs`); ``held``: those held out; ``healthy``: ``{url: True | False |
+    None}`` for the unlisted ones (None, or absent: not asked); ``rows``: the router's list.
+    Returns ``{"add": [...], "unlisted": [...], "not_ready": [{"url", "reason"}]}``: a
+    candidate the router lists is left alone, and so is one that is held or not healthy.
+    """
+    held = set(_norm(u) for u in held or [])
+    missing = unlisted(candidates, rows)
+    add, not_ready = [], []
+    for url in missing:
+        state = healthy.get(url)
+        if url in held:
+            not_ready.append({"url": url, "reason": "held"})
+        elif state is True:
+            add.append(url)
+        elif state is False:
+            not_ready.append({"url": url, "reason": "/health does not answer 200"})
+        else:
+            not_ready.append({"url": url, "reason": "health not asked"})
+    return {"add": add, "unlisted": missing, "not_ready": not_ready}
+
+
+def put_back_unlisted(router, candidates, held, probe, timeout, interval, keys=None,
+                      check=False, **clock):
+    """One router's put-back before any batch leaves (``router_worker``'s
+    ``state: restored``): read its list, ask ``probe(url)`` (True when the server's
+    ``/health`` answers 200) for the candidates it does not list and that are not held
+    (none when it lists every one), and put back the healthy ones with
+    ``_router.put_back``, which waits until the router routes to each. With ``check``
+    nothing is added. Returns ``{"before", "after", "added", "unlisted", "not_ready",
+    "elapsed_s"}``."""
+    rows = router.workers()
+    held = [_norm(u) for u in held or []]
+    healthy = dict((u, bool(probe(u))) for u in unlisted(candidates, rows) if u not in held)
+    plan = restore(candidates, held, healthy, rows)
+    out = {"before": rows, "after": rows, "added": plan["add"], "unlisted": plan["unlisted"],
+           "not_ready": plan["not_ready"], "elapsed_s": 0.0}
+    if check or not plan["add"]:
+        return out
+    res = _router.put_back(router, plan["add"], timeout, interval, keys, **clock)
+    out.update(after=res["after"], added=res["added"], elapsed_s=res["elapsed_s"])
+    return out
+
+
+def restore_hosts(servers, urls):
+    """The hosts to read (hold, check-mode unit plan) before a put-back: every host of each
+    server whose worker URL is in ``urls`` (what a router would put back). ``servers``:
+    ``[{"host", "url", "members"}]``, ``url`` empty on a multi-node server's rank >= 1,
+    ``members`` the hosts of the server (``[host]`` for a one-host server)."""
+    wanted = set(_norm(u) for u in urls or [])
+    out = []
+    for server in servers or []:
+        if not server.get("url") or _norm(server["url"]) not in wanted:
+            continue
+        for host in server.get("members") or [server["host"]]:
+            if host not in out:
+                out.append(host)
+    return out
+
+
+def _plan_verdict(plan):
+    """``(at_target, why)`` from one host's registered check-mode unit plan: None when the
+    plan was not made this run (skipped, failed, absent)."""
+    if not isinstance(plan, dict) or "restart" not in plan or plan.get("skipped") \
+            or plan.get("failed"):
+        return None, "its unit plan was not read in this run"
+    if _truthy(plan["restart"]):
+        return False, "it will restart (%s)" % (plan.get("summary") or plan.get("action")
+                                                or "its unit changed")
+    return True, ""
+
+
+def restore_inputs(servers):
+    """Which servers a router may put back before any batch leaves.
+
+    ``servers``: ``[{"host", "url", "hold", "inventory_hold", "plans"}]``, one per server
+    (its rank 0): ``hold`` the registered hold read (``router_hold``) of this run or None,
+    ``plans`` ``{host: registered check-mode unit plan or None}`` for every host of the
+    server. Returns ``{"urls", "held", "not_at_target", "unknown"}``: ``urls`` the servers
+    that serve the target (no host of the server will restart) and are not held; ``held``
+    the held ones; ``not_at_target`` ``{host: why}``; ``unknown`` the hosts whose hold or
+    plan was not read this run (nothing is done for them)."""
+    urls, held, not_at_target, unknown = [], [], {}, []
+    for server in servers or []:
+        url = _norm(server.get("url") or "")
+        if not url:
+            continue
+        host = server["host"]
+        read = server.get("hold")
+        if is_held(None, server.get("inventory_hold", False)) or (
+                isinstance(read, dict) and _truthy(read.get("held", False))):
+            held.append(url)
+            continue
+        if not isinstance(read, dict) or "held" not in read or read.get("skipped"):
+            unknown.append(host)
+            continue
+        verdicts = [(member, _plan_verdict(plan))
+                    for member, plan in sorted((server.get("plans") or {host: None}).items())]
+        missing = [m for m, (at, _why) in verdicts if at is None]
+        behind = ["%s: %s" % (m, why) for m, (at, why) in verdicts if at is False]
+        if behind:
+            not_at_target[host] = "; ".join(behind)
+        elif missing:
+            unknown.append(host)
+        else:
+            urls.append(url)
+    return {"urls": urls, "held": held, "not_at_target": not_at_target, "unknown": unknown}

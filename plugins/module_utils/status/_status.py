@@ -28,6 +28,15 @@ Their labels (0.5.9 ``srt/managers/scheduler_metrics_mixin.py`` l.114-122):
 ``dp_rank``. The server exposes ``/metrics`` only when started with ``--enable-metrics``
 (``srt/server_args.py`` l.381 ``enable_metrics: bool = False``; ``srt/entrypoints/
 http_server.py`` l.263-264 mounts it through ``utils/common.py`` l.1571-1581).
+
+**Prefill/decode (PD) role** (:func:`pd_from_argv`, :func:`pd_from_record`, :func:`pd_of`):
+what the server runs says it, ``--disaggregation-mode prefill|decode`` (``null``, the
+release's default, or no flag: co-located) with ``--disaggregation-bootstrap-port`` on a
+prefill server (SGLang's default 8998, ``check/_pd.py``). Read from the main process's
+command line (``/proc/<MainPID>/cmdline``, the module reads it), else from the deployment
+record (its ``argv``, else its ``pd`` placements, ``check/_pd_roles.previous_from_records``).
+The process and the record disagreeing on the role is drift. The peers of a PD server are
+the fleet's (``_status_fleet``).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -37,6 +46,8 @@ __metaclass__ = type
 import math
 import re
 
+from ansible_collections.gpufleet.sglang.plugins.module_utils.check._pd import DEFAULT_BOOTSTRAP_PORT
+from ansible_collections.gpufleet.sglang.plugins.module_utils.check._strategy import PD_ROLES
 from ansible_collections.gpufleet.sglang.plugins.module_utils.rollout._server_unit import pending_now, restart_owed
 
 # SGLang's metric names (see the module docstring for where they are defined).
@@ -146,6 +157,126 @@ def scheduler_metrics(text, model_name=None):
 
 UNREADABLE = "unreadable"
 
+# ---------------------------------------------------------------------------------------
+# The prefill/decode role of what a server runs.
+# ---------------------------------------------------------------------------------------
+
+# PD_ROLES (prefill, decode) are check/_strategy's; a role of None is a co-located server
+# (``--disaggregation-mode null``, SGLang's ``DisaggregationMode.NULL``, whose metrics say
+# ``engine_type="unified"``).
+PD_MODE_FLAG = "--disaggregation-mode"
+PD_PORT_FLAG = "--disaggregation-bootstrap-port"
+PD_BACKEND_FLAG = "--disaggregation-transfer-backend"
+NODE_RANK_FLAG = "--node-rank"
+#: How the table names a co-located server's role.
+CO_LOCATED = "-"
+
+
+def _flag_values(argv, flag):
+    """Every value of ``flag`` in ``argv`` (``--flag value`` and ``--flag=value``), in order;
+    argparse keeps the last."""
+    out = []
+    argv = [("%s" % a) for a in argv or []]
+    for index, arg in enumerate(argv):
+        if arg == flag and index + 1 < len(argv):
+            out.append(argv[index + 1])
+        elif arg.startswith(flag + "="):
+            out.append(arg[len(flag) + 1:])
+    return out
+
+
+def _last_int(argv, flag):
+    values = _flag_values(argv, flag)
+    try:
+        return int(values[-1]) if values else None
+    except ValueError:
+        return None
+
+
+def pd_from_argv(argv):
+    """The PD facts of a server's command line: ``{"role", "bootstrap_port",
+    "transfer_backend", "node_rank"}``.
+
+    ``role`` is ``prefill``, ``decode``, or None for a co-located server (no
+    ``--disaggregation-mode``, or ``null``); an unknown mode is kept as given (the server
+    would not have started with it). ``bootstrap_port`` (prefill only) is
+    ``--disaggregation-bootstrap-port``, else SGLang's default 8998; ``node_rank`` is
+    ``--node-rank`` (0 when absent: rank 0 serves HTTP and, on a prefill server, the
+    bootstrap server).
+    """
+    modes = _flag_values(argv, PD_MODE_FLAG)
+    mode = modes[-1].strip().lower() if modes else ""
+    role = None if mode in ("", "null", "none") else mode
+    backend = _flag_values(argv, PD_BACKEND_FLAG)
+    port = None
+    if role == "prefill":
+        port = _last_int(argv, PD_PORT_FLAG) or DEFAULT_BOOTSTRAP_PORT
+    return {"role": role, "bootstrap_port": port,
+            "transfer_backend": (backend[-1] if backend else None) if role else None,
+            "node_rank": _last_int(argv, NODE_RANK_FLAG) or 0}
+
+
+def cmdline_argv(data):
+    """A ``/proc/<pid>/cmdline``'s bytes as a list, or None when there is none or it is not
+    an SGLang server's (``sglang.launch_server``, directly or through the collection's
+    launcher): a process that renamed itself says nothing about its flags."""
+    if not data:
+        return None
+    if isinstance(data, bytes):
+        data = data.decode("utf-8", "replace")
+    argv = data.split("\0")
+    if argv and argv[-1] == "":
+        argv.pop()
+    if not any(a.endswith("launch_server") for a in argv):
+        return None
+    return argv
+
+
+def pd_from_record(record):
+    """The PD facts of a deployment record (:func:`pd_from_argv`'s keys), or None without
+    a record. The record's ``argv`` says it; a record without one falls back to its ``pd``
+    key (the placements ``check/_pd_roles`` reads: a list of ``{"role", ...}`` or a role's
+    name; two roles on one host read ``prefill+decode``)."""
+    if not isinstance(record, dict) or not record:
+        return None
+    if isinstance(record.get("argv"), list) and record["argv"]:
+        return pd_from_argv(record["argv"])
+    value = record.get("pd")
+    items = value if isinstance(value, list) else [value] if value else []
+    roles = []
+    for item in items:
+        role = item.get("role") if isinstance(item, dict) else item
+        if role in PD_ROLES and role not in roles:
+            roles.append(role)
+    roles.sort(key=PD_ROLES.index)
+    role = "+".join(roles) or None
+    return {"role": role, "bootstrap_port": DEFAULT_BOOTSTRAP_PORT if "prefill" in roles else None,
+            "transfer_backend": None, "node_rank": 0}
+
+
+def _role_text(role):
+    return role or "co-located"
+
+
+def pd_of(process_argv, record):
+    """``(facts, source, drift)``: the server's PD facts from what runs (``process_argv``,
+    :func:`cmdline_argv`'s), else the record; ``source`` ``process``, ``record`` or None
+    (neither); ``drift`` names a process whose role the record does not say."""
+    recorded = pd_from_record(record)
+    if process_argv:
+        running = pd_from_argv(process_argv)
+        reasons = []
+        if recorded is not None and isinstance((record or {}).get("argv"), list) \
+                and record["argv"] and recorded["role"] != running["role"]:
+            runs = ("as %s (%s %s)" % (running["role"], PD_MODE_FLAG, running["role"])
+                    if running["role"] else "co-located (no %s)" % PD_MODE_FLAG)
+            reasons.append("the process runs %s, the deployment record says %s"
+                           % (runs, _role_text(recorded["role"])))
+        return running, "process", reasons
+    if recorded is not None:
+        return recorded, "record", []
+    return {"role": None, "bootstrap_port": None, "transfer_backend": None, "node_rank": 0}, None, []
+
 
 def _file_drift(label, recorded, on_disk):
     if not recorded:
@@ -238,13 +369,15 @@ def problems(row_):
 
 
 def row(host, record, props, now_monotonic_usec, readiness, metrics, drift_reasons, port,
-        unit, record_path):
+        unit, record_path, process_argv=None):
     """One host's row of the fleet table.
 
     ``readiness``: ``{"route", "ready", "detail"}``; ``metrics``: ``{"available",
     "detail", "running", "queued", "gen_throughput"}``. ``pending`` lists the unit's
     directives installed but not yet applied to the running process (the record's, while
-    the main PID it was recorded for still runs); it is no problem.
+    the main PID it was recorded for still runs); it is no problem. ``process_argv``: the
+    main process's command line (:func:`cmdline_argv`'s, None when unknown), for the PD
+    role (:func:`pd_of`); ``pd_peers`` is the fleet's to fill (None here).
     """
     record = record if isinstance(record, dict) else {}
     try:
@@ -252,6 +385,7 @@ def row(host, record, props, now_monotonic_usec, readiness, metrics, drift_reaso
     except ValueError:
         pid = None
     uptime = uptime_seconds(props, now_monotonic_usec)
+    pd, pd_source, pd_drift = pd_of(process_argv if pid else None, record)
     out = {
         "host": host,
         "deployed": bool(record),
@@ -272,10 +406,16 @@ def row(host, record, props, now_monotonic_usec, readiness, metrics, drift_reaso
         "running": metrics.get("running"),
         "queued": metrics.get("queued"),
         "gen_throughput": metrics.get("gen_throughput"),
-        "drift": list(drift_reasons or []) + (
+        "drift": list(drift_reasons or []) + pd_drift + (
             ["restart owed: the installed unit was never started (main PID %d runs the one "
              "before it)" % pid] if restart_owed(record, pid) else []),
         "pending": pending_now(record, pid),
+        "pd_role": pd["role"],
+        "pd_source": pd_source,
+        "pd_bootstrap_port": pd["bootstrap_port"],
+        "pd_transfer_backend": pd["transfer_backend"],
+        "pd_node_rank": pd["node_rank"],
+        "pd_peers": None,
     }
     out["drifted"] = bool(out["drift"])
     out["problems"] = problems(out)
@@ -290,6 +430,48 @@ def row(host, record, props, now_monotonic_usec, readiness, metrics, drift_reaso
 def _dash(value):
     return "-" if value is None or value == "" else "%s" % (value,)
 
+
+def pd_cell(row_):
+    """``prefill:<bootstrap port>``, ``decode``, or ``-`` (co-located)."""
+    role = row_.get("pd_role")
+    if not role:
+        return CO_LOCATED
+    if role == "prefill" and row_.get("pd_bootstrap_port"):
+        return "prefill:%s" % row_["pd_bootstrap_port"]
+    return role
+
+
+PEERS_WIDTH = 24
+
+
+def peers_cell(row_, width=PEERS_WIDTH):
+    """The peers' hosts (the other role's servers), as many as fit, then ``+N``; ``?`` when
+    the fleet could not tell them (None), ``none`` when it has none, ``-`` co-located."""
+    if not row_.get("pd_role"):
+        return CO_LOCATED
+    peers = row_.get("pd_peers")
+    if peers is None:
+        return "?"
+    if not peers:
+        return "none"
+    names = [p["host"] if isinstance(p, dict) else "%s" % p for p in peers]
+    shown = []
+    for index, name in enumerate(names):
+        rest = len(names) - index - 1
+        if len(",".join(shown + [name]) + (",+%d" % rest if rest else "")) >= width:
+            break
+        shown.append(name)
+    if not shown:
+        return ",".join(names)  # the cell cuts it
+    rest = len(names) - len(shown)
+    return ",".join(shown + (["+%d" % rest] if rest else []))
+
+
+#: The PD columns, after STRATEGY, in the fleet's table when a server of it has a role.
+PD_COLUMNS = (
+    ("PD", 14, pd_cell),
+    ("PEERS", PEERS_WIDTH, peers_cell),
+)
 
 COLUMNS = (
     ("HOST", 20, lambda r: _dash(r.get("host"))),
@@ -308,9 +490,17 @@ COLUMNS = (
 )
 
 
-def _cells(values):
+def columns(pd=False):
+    """The table's columns: :data:`COLUMNS`, with :data:`PD_COLUMNS` after STRATEGY when
+    ``pd``."""
+    if not pd:
+        return COLUMNS
+    return COLUMNS[:2] + PD_COLUMNS + COLUMNS[2:]
+
+
+def _cells(values, pd=False):
     out = []
-    for column, value in zip(COLUMNS, values):
+    for column, value in zip(columns(pd), values):
         width = column[1]
         if width:
             text = value if len(value) < width else value[:width - 2] + "~"
@@ -320,11 +510,11 @@ def _cells(values):
     return " ".join(out).rstrip()
 
 
-def table_header():
-    """The fixed-width header line of the fleet table."""
-    return _cells([column[0] for column in COLUMNS])
+def table_header(pd=False):
+    """The fixed-width header line of the fleet table (with the PD columns when ``pd``)."""
+    return _cells([column[0] for column in columns(pd)], pd)
 
 
-def table_line(row_):
-    """One row as a fixed-width line under :func:`table_header`."""
-    return _cells([column[2](row_) for column in COLUMNS])
+def table_line(row_, pd=False):
+    """One row as a fixed-width line under :func:`table_header` of the same ``pd``."""
+    return _cells([column[2](row_) for column in columns(pd)], pd)

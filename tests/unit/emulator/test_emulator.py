@@ -624,3 +624,110 @@ def test_sigterm_force_shutdown_does_not_wait(emus):
     e.proc.send_signal(signal.SIGTERM)
     assert e.proc.wait(5) == 0
     assert "force shutdown flag set" in e.stderr()
+
+
+def test_sigterm_ready_and_ping_answer_503_on_0523(emus):
+    """0.5.23: is_ready() and is_healthy() are false from SIGTERM on (/ready, /ping)."""
+    e = emus(["--model-path", "m"], "0.5.23", SGLANG_EMULATOR_SIGTERM_POLL_SECONDS="5",
+             SGLANG_EMULATOR_RATES='{"default": {"single": 10, "ceiling": 100}}')
+    e.wait_ready()
+    assert e.get("/ready")[0] == 200 and e.get("/ping")[0] == 200
+    worker = threading.Thread(target=e.json, args=(
+        "/generate", {"text": "x", "sampling_params": {"max_new_tokens": 10}}))
+    worker.start()
+    time.sleep(0.2)
+    e.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.1)
+    assert [e.get(p)[0] for p in ("/ready", "/ping", "/health")] == [503, 503, 503]
+    worker.join(10)
+    assert e.proc.wait(10) == 0
+
+
+def test_sigterm_waits_for_every_request_the_http_server_holds():
+    """The watchdog counts what the tokenizer manager's rid_to_state holds, not only the
+    scheduler's requests: a batch /generate between two prompts, say, has none in the
+    scheduler but is still held."""
+    from sglang._emulator import server as emu_server
+
+    class FakeState:
+        gracefully_exit = False
+        held = 1
+
+        class engine:  # pylint: disable=invalid-name
+            in_flight = 0
+
+    exits = []
+    state = FakeState()
+    emu_server.graceful_exit(state, exits.append, 0.02)
+    time.sleep(0.2)
+    assert exits == [] and state.gracefully_exit
+    state.held = 0
+    deadline = time.monotonic() + 5
+    while not exits and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert exits == [0]
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_sigterm_drops_running_fault(emus, stream):
+    """SGLANG_EMULATOR_SIGTERM_DROPS_RUNNING=1, a test-only fault: SIGTERM drops the
+    requests in flight at once (a stream is cut before [DONE], a plain request gets no
+    answer) and the process exits 0 without the graceful wait."""
+    e = emus(["--model-path", "m"], "0.5.9", SGLANG_EMULATOR_SIGTERM_DROPS_RUNNING="1",
+             SGLANG_EMULATOR_SIGTERM_POLL_SECONDS="5",
+             SGLANG_EMULATOR_RATES='{"default": {"single": 10, "ceiling": 100}}')
+    e.wait_ready()
+    result = {}
+
+    def request():
+        body = {"text": "hi", "stream": stream, "sampling_params": {"max_new_tokens": 50}}
+        try:
+            if stream:
+                result["events"], result["done"] = e.stream("/generate", body)
+            else:
+                result["status"] = e.request("POST", "/generate", body)[0]
+        except (OSError, http.client.HTTPException) as exc:
+            result["error"] = exc
+
+    worker = threading.Thread(target=request)
+    worker.start()
+    time.sleep(0.5)
+    e.proc.send_signal(signal.SIGTERM)
+    started = time.monotonic()
+    assert e.proc.wait(5) == 0
+    assert time.monotonic() - started < 2  # not the 5 s watchdog tick
+    worker.join(5)
+    if stream:
+        # cut: an incomplete chunked body, or the events so far without [DONE]
+        assert "error" in result or (not result["done"] and len(result["events"]) < 50), result
+    else:
+        assert "error" in result and "status" not in result, result
+    assert "dropping 1 running and 0 queued request(s)" in e.stderr()
+
+
+def test_abort_all_drops_running_and_queued():
+    from sglang._emulator import engine as emu_engine
+    eng = emu_engine.Engine(10, 10, 0.0, model=emu_engine.StepModel(
+        10, 10, 0.0, max_running_requests=1))
+    outcomes = []
+
+    def run():
+        got = []
+        try:
+            for tok in eng.generate(100, 2):
+                got.append(tok)
+            outcomes.append(("done", len(got)))
+        except emu_engine.Aborted:
+            outcomes.append(("aborted", len(got)))
+
+    workers = [threading.Thread(target=run) for dummy in range(2)]
+    for w in workers:
+        w.start()
+    time.sleep(0.35)
+    assert (eng.active, eng.queued) == (1, 1)
+    assert eng.abort_all() == (1, 1)
+    for w in workers:
+        w.join(5)
+    assert sorted(o[0] for o in outcomes) == ["aborted", "aborted"]
+    assert max(o[1] for o in outcomes) > 0 and min(o[1] for o in outcomes) == 0
+    assert (eng.active, eng.queued, eng.in_flight) == (0, 0, 0)

@@ -141,3 +141,16 @@ def test_until_file_extends_a_bounded_run(emus, tmp_path):  # noqa: F811
     timer.join()
     assert 4 < res["summary"]["requests"] < 100000
     assert res["summary"]["lost"] == 0
+
+
+def test_long_clients_send_long_requests_beside_the_short_ones(emus, tmp_path):  # noqa: F811
+    doc = load_the_emulator(emus, tmp_path, "--requests", "12", "--concurrency", "3",
+                            "--max-tokens", "2", "--long-concurrency", "1",
+                            "--long-tokens", "40")
+    s = doc["summary"]
+    assert s["lost"] == 0 and 1 <= s["long"] < s["requests"]
+    longs = [r for r in doc["records"] if r.get("long")]
+    shorts = [r for r in doc["records"] if not r.get("long")]
+    # 40 tokens take longer than 2 (the emulator decodes at its rate)
+    assert min(r["latency_s"] for r in longs) > max(r["latency_s"] for r in shorts)
+    assert all(r["chunks"] >= 40 for r in longs if r["stream"])

@@ -11,6 +11,7 @@ import sys
 from ansible_collections.gpufleet.sglang.plugins.module_utils.monitoring import _monitoring as m
 from ansible_collections.gpufleet.sglang.plugins.module_utils.status._status import parse_exposition
 from ansible_collections.gpufleet.sglang.tests.paths import FIXTURES, ROOT
+from ansible_collections.gpufleet.sglang.tests.ports import free_port
 
 sys.path.insert(0, os.path.join(ROOT, "tests", "unit", "emulator"))
 from test_emulator import emus  # noqa: E402,F401  pylint: disable=unused-import,wrong-import-position
@@ -61,8 +62,8 @@ def smg_names():
     return names
 
 
-def emulator_names(emus, release):  # noqa: F811
-    e = emus(["--model-path", "m", "--enable-metrics"], release,
+def emulator_names(emus, release, extra=()):  # noqa: F811
+    e = emus(["--model-path", "m", "--enable-metrics"] + list(extra), release,
              SGLANG_EMULATOR_LOAD_SECONDS="0.1", SGLANG_EMULATOR_WARMUP_SECONDS="0.1")
     e.wait_ready()
     status, body = e.get("/metrics")
@@ -100,6 +101,12 @@ def test_every_queried_metric_is_exported(emus):  # noqa: F811
     # the inter-token histogram has its pre-0.5 name on 0.4.6.post5 only
     assert "sglang:time_per_output_token_seconds_bucket" in per_release["0.4.6.post5"]
     assert "sglang:inter_token_latency_seconds_bucket" in per_release["0.5.9"]
+    # a prefill server's PD series (the KV transfer alert's counters), 0.5.9 and 0.5.23
+    for release in ("0.5.9", "0.5.23"):
+        pd = emulator_names(emus, release, ["--disaggregation-mode", "prefill",
+                                            "--disaggregation-bootstrap-port", str(free_port())])
+        assert "sglang:num_transfer_failed_reqs_total" in pd - per_release["0.5.9"], release
+        exported |= pd
     dummy, queries = dashboard_queries()
     rules = m.alert_rules()["groups"][0]["rules"]
     recorded = set(r["record"] for r in rules if "record" in r)

@@ -20,10 +20,11 @@ def promtool(*args, cwd=None):
                           timeout=120, check=False)
 
 
-def server(host, group="sglang_servers", strategy="pp8", release="0.5.9", port=30000):
+def server(host, group="sglang_servers", strategy="pp8", release="0.5.9", port=30000,
+           pd_role="none"):
     return {"job": "sglang_server", "instance": "%s:%d" % (host, port), "host": host,
             "group": group, "site": "default", "strategy": strategy, "release": release,
-            "model_commit": "c" * 40}
+            "pd_role": pd_role, "model_commit": "c" * 40}
 
 
 def router(host="rt", group="sglang_servers"):
@@ -53,6 +54,9 @@ def expand(template, labels, value):
             return ("%g" % value)
         if expr == "$value | humanizePercentage":
             return "%g%%" % (value * 100)
+        if expr == "$value | humanize":  # Prometheus' %.4g, with no unit prefix from 1 to 999
+            assert value == 0 or 1 <= abs(value) < 1000, value
+            return "%.4g" % value
         raise AssertionError("template form the test does not know: " + expr)
     return re.sub(r"\{\{(.*?)\}\}", one, template)
 
@@ -157,6 +161,55 @@ def cases():
                 fired("SGLangServerDrift", keep(g1[2], *dkeys), 1),
                 fired("SGLangServerDrift", keep(g2[0], *dkeys), 1),
                 fired("SGLangServerDrift", keep(g2[1], *dkeys), 1)]}]})
+    out.extend(kv_transfer_cases())
+    return out
+
+
+def kv_transfer_cases():
+    """SGLangKVTransferFailing over SGLang's PD counters, which have no sample before their
+    first failure (a labelled prometheus_client Counter) and lose their series while the
+    server restarts (Prometheus writes stale markers when the scrape fails)."""
+    pre = server("gpu-1", strategy="prefill:ep8+decode:2xep8", release="0.5.23",
+                 pd_role="prefill")
+    dec = server("gpu-2", strategy="prefill:ep8+decode:2xep8", release="0.5.23",
+                 pd_role="decode")
+    dec2 = server("gpu-3", strategy="prefill:ep8+decode:2xep8", release="0.5.23",
+                  pd_role="decode")
+
+    def sched(target, engine):
+        return dict(target, model_name="k2", engine_type=engine, tp_rank="0", pp_rank="0",
+                    moe_ep_rank="0")
+
+    def alert(target, engine, failure):
+        return dict(keep(target, "group", "host", "instance", "pd_role"), engine_type=engine,
+                    failure=failure)
+
+    boot, xfer = "sglang:num_bootstrap_failed_reqs_total", "sglang:num_transfer_failed_reqs_total"
+    out = []
+    # A. a fresh Prometheus finds gpu-1's 3 old failures: silent; gpu-2's first failure
+    #    (its series appears at 6m with 1) fires at 7m (for 1m) and clears once the
+    #    window (5m) has passed it
+    out.append({"interval": "1m", "input_series": [
+        series("up", t, "1x20") for t in (pre, dec)] + [
+        series(boot, sched(pre, "prefill"), "3x20"),
+        series(xfer, sched(dec, "decode"), "_x6 1x14")],
+        "alert_rule_test": [
+            {"eval_time": "3m", "alertname": "SGLangKVTransferFailing", "exp_alerts": []},
+            {"eval_time": "7m", "alertname": "SGLangKVTransferFailing",
+             "exp_alerts": [fired("SGLangKVTransferFailing", alert(dec, "decode", "transfer"), 1)]},
+            {"eval_time": "12m", "alertname": "SGLangKVTransferFailing", "exp_alerts": []}]})
+    # B. gpu-1 fails one bootstrap a minute from 9m (5 in the window at 14m); gpu-3 restarts
+    #    (down 3m-6m, its counter's series gone) and fails its first transfer at 8m
+    out.append({"interval": "1m", "input_series": [
+        series("up", pre, "1x20"), series("up", dec2, "1x2 0 0 0 0 1x13"),
+        series(boot, sched(pre, "prefill"), "3x8 4+1x11"),
+        series(xfer, sched(dec2, "decode"), "2x2 stale _x4 1x12")],
+        "alert_rule_test": [
+            {"eval_time": "5m", "alertname": "SGLangKVTransferFailing", "exp_alerts": []},
+            {"eval_time": "9m", "alertname": "SGLangKVTransferFailing",
+             "exp_alerts": [fired("SGLangKVTransferFailing", alert(dec2, "decode", "transfer"), 1)]},
+            {"eval_time": "14m", "alertname": "SGLangKVTransferFailing",
+             "exp_alerts": [fired("SGLangKVTransferFailing", alert(pre, "prefill", "bootstrap"), 5)]}]})
     return out
 
 
@@ -171,14 +224,14 @@ def test_rules_pass_promtool_check():
     assert sorted(ALERTS) == sorted([
         "SGLangServerNotReady", "SGLangRouterMissingWorkers", "SGLangRouterCircuitOpen",
         "SGLangKVCacheNearlyFull", "SGLangQueueGrowing", "SGLangGenerationStalled",
-        "SGLangServerDrift"])
+        "SGLangServerDrift", "SGLangKVTransferFailing"])
 
 
 def test_every_rule_fires_and_stays_quiet(tmp_path):
     write(tmp_path, RULES)
     res = promtool("check", "rules", "sglang.rules.yml", cwd=str(tmp_path))
     assert res.returncode == 0, res.stdout + res.stderr
-    assert "SUCCESS: 8 rules found" in res.stdout
+    assert "SUCCESS: 9 rules found" in res.stdout
     # every alert has a test that expects it to fire and one that expects silence
     tested = {}
     for case in cases():

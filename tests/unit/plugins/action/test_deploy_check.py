@@ -193,3 +193,66 @@ def test_a_server_key_the_routers_would_not_forward_is_refused(run, server_key, 
         msg = results["h1"]["msg"]
         assert "server_api_key differs from router_api_key of r1" in msg
         assert "sk-own" not in msg and "rk-router" not in msg
+
+
+# --- prefill/decode (PD) layouts ----------------------------------------------------------
+
+PD_NOT_DEPLOYED = ("prefill/decode layouts are checked, not deployed yet: prepare, the rollout and the "
+                   "router do not render the PD servers and the router's PD mode (issue 43); no host "
+                   "was changed")
+
+
+def test_a_pd_layout_places_its_roles_on_the_play_hosts_and_stops_before_any_host(run):
+    proc, results = run(dict(GOOD, strategy="prefill:ep8+decode:ep8"))
+    # until prepare, the rollout and the router deploy PD, a clean PD check is refused with
+    # that one reason alone
+    assert proc.returncode != 0
+    for host, role in (("h1", "prefill"), ("h2", "decode")):
+        res = results[host]
+        assert res["msg"] == "%s: %s" % (host, PD_NOT_DEPLOYED)
+        pd = res["pd"]
+        assert pd["layout"] == "prefill:ep8+decode:ep8" and pd["release"] == "0.5.9"
+        assert [(p["role"], p["server"], p["base_gpu_id"], p["gpus"]) for p in pd["placements"]] == [
+            (role, role + "-0", 0, 8)]
+        assert pd["release_facts"]["backends"] == ["mooncake", "nixl", "ascend", "fake", "mori"]
+
+
+def test_every_pd_problem_of_the_fleet_at_once(run):
+    proc, results = run(dict(GOOD, strategy="prefill:ep8+decode:ep8", sglang_pd_transfer_backend="mooncake_tcp",
+                             sglang_pd_role="prefill", router_package="sglang-router", router_version="0.2.1",
+                             server_extra_args={"--disaggregation-ib-device": "mlx5_0"}))
+    assert proc.returncode != 0
+    msg = results["h1"]["msg"]
+    assert msg.startswith("h1: 6 problems with the deploy inputs:\n")
+    for expect in ("- server_extra_args --disaggregation-ib-device: \"mlx5_0\": the PD layout",
+                   "- sglang_pd_transfer_backend is mooncake_tcp, but sglang 0.5.9 has no such transfer backend",
+                   "- router r1 runs router_package sglang-router 0.2.1, which the collection cannot run in PD mode",
+                   "- h2 is pinned to prefill by sglang_pd_role, but prefill:ep8+decode:ep8 has 1 prefill server, "
+                   "already placed on h1 (pinned too)",
+                   "1 decode server finds no place: add hosts to the server group or lower the count; "
+                   "pinned: h1 to prefill, h2 to prefill",
+                   "- " + PD_NOT_DEPLOYED):
+        assert expect in msg
+
+
+def test_pd_flags_outside_a_pd_layout_are_refused_in_the_check(run):
+    proc, results = run(dict(GOOD, server_extra_args={"--disaggregation-mode": "prefill"}))
+    assert proc.returncode != 0
+    assert results["h1"]["msg"].startswith(
+        'h1: server_extra_args --disaggregation-mode: "prefill" is a prefill/decode (PD) flag, and strategy '
+        '"ep8" is no PD layout')
+    assert "pd" not in results["h1"]
+
+
+def test_a_role_pinned_outside_a_pd_layout_is_refused(run):
+    """The router role reads the pins: under a co-located strategy it would route in PD mode
+    to co-located servers. The same pin under a PD layout is no problem of its own."""
+    proc, results = run(dict(GOOD, sglang_pd_role="prefill"))
+    assert proc.returncode != 0
+    for host in ("h1", "h2"):
+        assert results[host]["msg"] == (
+            '%s: sglang_pd_role pins the role prefill on %s, but strategy "ep8" is no '
+            'prefill/decode layout: the router would route in PD mode to co-located servers; '
+            'use a PD layout (prefill:ep8+decode:2xep8) or remove the pin' % (host, host))
+    proc, results = run(dict(GOOD, strategy="prefill:ep8+decode:ep8", sglang_pd_role=["prefill", "decode"]))
+    assert "no prefill/decode layout" not in results["h1"]["msg"]

@@ -53,3 +53,25 @@ def test_keys_hosts_with_removed():
     assert f.router_removed(res, "http://10.0.0.2:30000/")
     assert not f.router_removed(res, "http://10.0.0.1:30000")
     assert not f.router_removed({"skipped": True}, "http://10.0.0.1:30000")
+
+
+def test_restore_hosts_and_inputs_from_the_registered_reads():
+    hv = hostvars()
+    for host in ("s1", "s2", "s3"):
+        hv[host]["__server_request"] = {"topology": {"members": [host]}}
+    # the first task's answers: r1 would put back s1 and s3, r2 only s3; a skipped item
+    seen = {"results": [{"added": ["http://10.0.0.1:30000", "http://10.0.0.3:30000"]},
+                        {"added": ["http://10.0.0.3:30000"]}, {"skipped": True}]}
+    assert f.router_restore_hosts(["s1", "s2", "s3"], seen, GROUPS, hv) == ["s1", "s3"]
+    assert f.router_restore_hosts(["s1", "s2", "s3"], {"results": [{"added": []}]}, GROUPS, hv) == []
+    assert f.router_restore_hosts(["s1"], {"skipped": True}, GROUPS, hv) == []
+    hv["s1"].update(__server_router_restore_hold={"held": False},
+                    __server_router_restore_unit={"restart": False, "summary": "no change"})
+    hv["s3"].update(__server_router_restore_hold={"held": False},
+                    __server_router_restore_unit={"restart": True, "summary": "restart: argv changed"})
+    got = f.router_restore_inputs(["s1", "s2", "s3"], GROUPS, hv)
+    assert got == {"urls": ["http://10.0.0.1:30000"], "held": [],
+                   "not_at_target": {"s3": "s3: it will restart (restart: argv changed)"},
+                   "unknown": ["s2"]}
+    hv["s1"]["sglang_router_hold"] = True
+    assert f.router_restore_inputs(["s1"], GROUPS, hv)["held"] == ["http://10.0.0.1:30000"]

@@ -137,6 +137,33 @@ def test_topology_rtx_cells_and_mixed():
         parse.parse_topology("GPU0 X\nnonsense")
 
 
+def test_topology_nics_of_the_h200_host_name_each_nic_by_its_legend():
+    topo = parse.parse_topology_nics(read(SMI, "h200-x8-topo.txt"))
+    assert topo["gpus"] == list(range(8))
+    assert sorted(topo["nics"]) == ["mlx5_%d" % i for i in range(10)]
+    # the rows as printed: GPU0 is PIX to NIC3 only, GPU3 to NIC0-2, GPU4 to NIC7
+    assert [n for n, links in sorted(topo["nics"].items()) if links[0] == "PIX"] == ["mlx5_3"]
+    assert [n for n, links in sorted(topo["nics"].items()) if links[3] == "PIX"] == \
+        ["mlx5_0", "mlx5_1", "mlx5_2"]
+    assert topo["nics"]["mlx5_7"][4] == "PIX" and topo["nics"]["mlx5_7"][0] == "SYS"
+
+
+def test_topology_nics_without_nics_legend_or_rows():
+    # no NIC column: nothing to map
+    assert parse.parse_topology_nics(read(SMI, "rtx-pro-6000-server-x8-topo.txt"))["nics"] == {}
+    assert parse.parse_topology_nics(read(SMI, "h100-sxm-x1-topo.txt")) == {"gpus": [0], "nics": {}}
+    # NIC columns without the legend (the excerpt is cut before it): named by their column
+    excerpt = parse.parse_topology_nics(read(SMI, "issue-excerpts", "a100-sxm4-80gb-x1-check-env-tabs.txt"))
+    assert excerpt["nics"]["NIC3"] == {0: "PXB"} and len(excerpt["nics"]) == 5
+    # a header whose rows were cut off is an error, not an empty mapping
+    with pytest.raises(parse.ParseError, match="NIC0 has links to GPUs"):
+        parse.parse_topology_nics(read(SMI, "issue-excerpts", "b200-x8-check-env-cuda13.0.txt"))
+    with pytest.raises(parse.ParseError, match="no GPU header"):
+        parse.parse_topology_nics("nothing here")
+    with pytest.raises(parse.ParseError, match="unknown topo link"):
+        parse.parse_topology_nics("\tGPU0\tNIC0\tCPU Affinity\nGPU0\t X \tNV4\t0-7\n")
+
+
 def test_list_and_failure_classification():
     assert parse.parse_list(read(SMI, "h200-x1-list.txt")) == [{"index": 0, "name": "NVIDIA H200"}]
     msg = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "

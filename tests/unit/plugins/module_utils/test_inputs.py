@@ -194,3 +194,62 @@ def test_router_key_problems_name_the_routers_and_never_a_key():
     assert _inputs.router_key_problems("", routers) == []
     assert _inputs.router_key_problems(None, routers) == []
     assert _inputs.router_key_problems("sk-Q7y", [("r2", ""), ("r3", "sk-Q7y")]) == []
+
+
+# --- prefill/decode (PD) layouts --------------------------------------------------------
+
+PD = "prefill:ep8+decode:2xep8"
+
+
+def test_a_pd_layout_with_good_inputs_has_no_problem():
+    for release in ("0.5.9", "0.5.23", MISSING):
+        assert check_fields(_with(strategy=PD, sglang_release=release)) == []
+    assert check_fields(_with(strategy=PD, sglang_release=MISSING, sglang_pd_transfer_backend="mooncake_tcp",
+                              sglang_pd_bootstrap_port=9000, sglang_pd_ib_device="mlx5_0,mlx5_1")) == []
+
+
+def test_pd_layout_is_the_roles_and_the_unknown_form_names_pd():
+    layout, problem = _inputs.layout(_with(strategy=" Decode:2xep8+prefill:tp8-ep8 "), 1)
+    assert problem is None and layout["name"] == PD and layout["gpus"] == 24
+    assert layout["pd"]["decode"]["count"] == 2 and layout["pd"]["prefill"]["layout"]["ep"] == 8
+    # the GPU count is the fleet's to judge (which host serves which role), not one server's
+    assert _inputs.layout_or_host(_with(strategy=PD, sglang_gpu_count=4), 1)[1:] == (None, None)
+    layout, problem = _inputs.layout(_with(strategy="prefill:ep8+decode:2xtp7x"), 1)
+    assert layout is None and problem.startswith("PD layout 'prefill:ep8+decode:2xtp7x', decode role: unknown")
+    layout, problem = _inputs.layout(_with(strategy="tp7x"), 1)
+    assert problem.endswith("; or a prefill/decode layout prefill:[<N>x]<layout>+decode:[<N>x]<layout>, each "
+                            "<layout> one server's strategy (e.g. prefill:ep8+decode:2xep8: one prefill server "
+                            "on ep8, two decode servers on ep8)")
+
+
+@pytest.mark.parametrize("changes, expect", [
+    # mooncake_tcp before it existed (0.5.9's help has no such choice)
+    ({"sglang_release": "0.5.9", "sglang_pd_transfer_backend": "mooncake_tcp"},
+     "sglang_pd_transfer_backend is mooncake_tcp, but sglang 0.5.9 has no such transfer backend"),
+    ({"sglang_pd_transfer_backend": "fake"}, "sglang_pd_transfer_backend is fake, which the collection does not"),
+    ({"sglang_pd_bootstrap_port": 30000}, "sglang_pd_bootstrap_port 30000 is the server's HTTP port"),
+    ({"sglang_pd_ib_device": "mlx5_0 mlx5_1"}, "sglang_pd_ib_device must be"),
+    ({"server_extra_args": {"--disaggregation-bootstrap-port": 9000}},
+     'server_extra_args --disaggregation-bootstrap-port: 9000: the PD layout "prefill:ep8+decode:2xep8" sets '
+     "--disaggregation-bootstrap-port on each server by its role; choose the port with sglang_pd_bootstrap_port"),
+])
+def test_pd_inputs_are_refused_with_the_variable_the_value_and_the_release(changes, expect):
+    problems = check_fields(_with(strategy=PD, **changes))
+    assert len(problems) == 1 and expect in problems[0]
+
+
+def test_pd_flags_outside_a_pd_layout_are_refused():
+    # today --disaggregation-mode prefill here starts every host as a prefill-only server
+    problems = check_fields(_with(server_extra_args={"--disaggregation-mode": "prefill"}))
+    assert problems == [
+        'server_extra_args --disaggregation-mode: "prefill" is a prefill/decode (PD) flag, and strategy "pp8" is '
+        "no PD layout: every server would start as a lone PD server (with --disaggregation-mode prefill: prefill "
+        "only, no decode peer, /health 200 and no answer); deploy PD with a PD layout (-e sglang_strategy="
+        "prefill:ep8+decode:2xep8), which sets the PD flags per role, or drop the flag"]
+    # PD inputs without a PD layout are not looked at (a fleet may set them for the tune's PD candidates)
+    assert check_fields(_with(sglang_pd_transfer_backend="fake")) == []
+
+
+def test_an_unknown_release_leaves_the_pd_flags_to_prepare():
+    assert check_fields(_with(strategy=PD, sglang_release="0.5.10", sglang_pd_transfer_backend="mooncake_tcp")) == []
+    assert _inputs.release_of(_with(sglang_release=MISSING)) == _inputs.NEWEST_TESTED_RELEASE

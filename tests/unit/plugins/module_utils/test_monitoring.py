@@ -41,14 +41,38 @@ def test_one_target_per_server_rank0_only_with_labels():
     assert [t["targets"] for t in out] == [["10.0.0.1:30000"], ["10.0.0.2:31000"],
                                            ["10.0.0.3:30000"], ["10.9.0.5:30000"]]
     assert out[0]["labels"] == {"host": "gpu-1", "site": "fra", "group": "sglang_servers",
-                                "strategy": "pp8", "release": "0.5.9", "model_commit": "a" * 40}
+                                "strategy": "pp8", "release": "0.5.9", "pd_role": "none",
+                                "model_commit": "a" * 40}
     assert out[2]["labels"]["strategy"] == "tp16" and out[2]["labels"]["host"] == "gpu-3"
     # no record, no marker: "unknown", never a guess; the site from the model step's var
     assert out[3]["labels"]["release"] == "unknown"
+    assert out[3]["labels"]["pd_role"] == "unknown"
     assert out[3]["labels"]["model_commit"] == "unknown"
     assert out[3]["labels"]["site"] == "ams"
     assert out[3]["labels"]["__scheme__"] == "https"
     assert "__scheme__" not in out[0]["labels"]
+
+
+def test_the_pd_role_label():
+    """The record's --disaggregation-mode; none for a co-located record; without a record the
+    inventory's pin (sglang_pd_role, the groups sglang_prefill/sglang_decode), else unknown."""
+    groups, hostvars = fleet()
+    hostvars["gpu-1"]["ansible_local"]["sglang"]["argv"] = [
+        "--model-path", "/m", "--disaggregation-mode", "prefill",
+        "--disaggregation-bootstrap-port", "9001"]
+    hostvars["gpu-2"]["ansible_local"]["sglang"]["argv"] = [
+        "--model-path", "/m", "--disaggregation-mode=decode"]
+    # the multi-node server's role is its rank 0's record (gpu-3: co-located, argv without a mode)
+    hostvars["gpu-3"]["ansible_local"]["sglang"]["argv"] = ["--model-path", "/m"]
+    hostvars["gpu-2"]["sglang_pd_role"] = "prefill"  # a pin the record overrides
+    out = monitoring_server_targets(groups["sglang_servers"], groups, hostvars)
+    assert [t["labels"]["pd_role"] for t in out] == ["prefill", "decode", "none", "unknown"]
+    hostvars["gpu-5"]["sglang_pd_role"] = "decode"
+    assert m.server_targets(["gpu-5"], groups, hostvars, "g")[0]["labels"]["pd_role"] == "decode"
+    del hostvars["gpu-5"]["sglang_pd_role"]
+    groups["sglang_prefill"] = ["gpu-5"]
+    assert m.server_targets(["gpu-5"], groups, hostvars, "g")[0]["labels"]["pd_role"] == "prefill"
+    assert m.pd_role("gpu-9", {}) == "unknown"
 
 
 def test_same_rank0_as_the_router():

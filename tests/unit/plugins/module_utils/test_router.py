@@ -158,6 +158,92 @@ def test_is_drained():
         r.is_drained("# nothing\n")
 
 
+# A /metrics text of 0.5.9's shape: the scheduler gauges, its realtime token counter (by
+# mode) and the tokenizer's inter-token histogram count.
+BUSY_METRICS = METRICS + """sglang:realtime_tokens_total{engine_type="unified",mode="decode",model_name="m",pp_rank="0",tp_rank="0"} %s
+sglang:realtime_tokens_total{engine_type="unified",mode="prefill_compute",model_name="m",pp_rank="0",tp_rank="0"} 100.0
+sglang:inter_token_latency_seconds_count{model_name="m"} %s
+"""
+
+
+class FakeTime:
+    """A clock that moves only when the waiter sleeps."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def clock(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.now += seconds
+
+
+def readings(texts):
+    """``read_metrics`` over ``texts``, the last one repeated; the readings are counted."""
+    seen = []
+
+    def read():
+        seen.append(texts[min(len(seen), len(texts) - 1)])
+        return seen[-1]
+    return read, seen
+
+
+def test_work_done_sums_each_progress_counter():
+    assert r.work_done(BUSY_METRICS % (0, 0, 7, 3)) == (107.0, None, 3.0, None, None, None)
+    assert r.work_done(METRICS % (0, 0)) == (None,) * len(r.PROGRESS_COUNTERS)
+
+
+def test_one_idle_reading_is_not_a_drained_server():
+    """Before this check the first 0 ended the drain (0.02 s in the router scenario); a 0 is
+    a stale report while requests decode between two scheduler reports, which only the
+    counters show."""
+    t = FakeTime()
+    read, seen = readings([BUSY_METRICS % (0, 0, 40, 39),    # a stale 0: the counters move
+                           BUSY_METRICS % (0, 0, 56, 55),
+                           BUSY_METRICS % (0, 0, 64, 63)])   # then they stop: idle
+    d = r.drain(read, 60, 0.5, quiet=3, clock=t.clock, sleep=t.sleep)
+    assert d["drained"] and (d["running"], d["queued"], d["listening"]) == (0, 0, True)
+    # the quiet time counts from the third reading (t=1.0): 3 s later, at t=4.0
+    assert len(seen) == 9 and d["elapsed_s"] == 4.0 and d["quiet_s"] == 3.0
+
+
+def test_a_busy_reading_restarts_the_quiet_time():
+    t = FakeTime()
+    texts = [METRICS % (0, 0)] * 3 + [METRICS % (2, 0)] + [METRICS % (0, 0)]
+    read, seen = readings(texts)
+    d = r.drain(read, 60, 1, quiet=3, clock=t.clock, sleep=t.sleep)
+    # the 0s at t=0..2 do not count once t=3 reads 2 running; quiet from t=4 to t=7
+    assert d["drained"] and d["elapsed_s"] == 7.0 and len(seen) == 8
+    assert d["busy"] == 2  # what the drain waited for
+    d = r.drain(readings([METRICS % (0, 0)])[0], 60, 1, quiet=3, clock=t.clock, sleep=t.sleep)
+    assert d["drained"] and d["busy"] == 0
+
+
+def test_without_counters_two_idle_readings_quiet_apart_drain():
+    """Older releases (0.4.6.post5, 0.5.4.post3 have no realtime_tokens_total) and a text
+    with the gauges only: the gauges alone, read over the quiet time."""
+    t = FakeTime()
+    read, seen = readings([METRICS % (0, 0)])
+    d = r.drain(read, 60, 0.5, quiet=0, clock=t.clock, sleep=t.sleep)
+    assert d["drained"] and len(seen) == 2 and d["elapsed_s"] == 0.5
+
+
+def test_counters_that_never_stop_time_the_drain_out():
+    t = FakeTime()
+    n = iter(range(10 ** 6))
+    d = r.drain(lambda: BUSY_METRICS % (0, 0, next(n), 0), 10, 0.5, quiet=3,
+                clock=t.clock, sleep=t.sleep)
+    assert not d["drained"] and d["elapsed_s"] == 10.0 and (d["running"], d["queued"]) == (0, 0)
+    assert d["quiet_s"] == 0.0
+
+
+def test_nothing_listening_is_drained_at_once():
+    t = FakeTime()
+    d = r.drain(lambda: None, 10, 0.5, clock=t.clock, sleep=t.sleep)
+    assert d["drained"] and d["elapsed_s"] == 0 and d["listening"] is False
+
+
 class FakeRouter(object):
     """The smg 1.x worker API in memory: DELETE keeps a worker draining for ``drain_polls``
     list calls; a new worker becomes healthy after ``ready_polls`` list calls."""
@@ -232,9 +318,10 @@ def test_take_out_drain_put_back_with_the_smg_api():
     assert r.serving(out["after"]) == ["http://b:1", "http://c:1"]
     assert r.leaving(out["after"], ["http://a:1"]) == ["http://a:1"]
     assert ("DELETE", "/workers/id1") in fake.calls
-    texts = iter([METRICS % (2, 1), METRICS % (1, 0), METRICS % (0, 0)])
-    d = r.drain(lambda: next(texts), 30, 0.1, **dict(CLOCK))
+    read, seen = readings([METRICS % (2, 1), METRICS % (1, 0), METRICS % (0, 0)])
+    d = r.drain(read, 30, 0.1, **dict(CLOCK))
     assert d["drained"] and (d["running"], d["queued"]) == (0, 0)
+    assert len(seen) > 3  # one idle reading is not enough
     # the re-add waits until the draining row has gone: smg would answer 409 before
     fake.calls[:] = []
     back = r.put_back(router, ["http://a:1"], 30, 0.1, **dict(CLOCK))
@@ -336,3 +423,100 @@ def test_converge_that_empties_the_router_ends_at_once():
     res = r.converge(One(), {"add": [], "remove": ["http://a:1"]}, 30, 1,
                      clock=lambda: t[0], sleep=lambda s: t.__setitem__(0, t[0] + s))
     assert res["removed"] == ["http://a:1"] and res["after"] == [] and res["elapsed_s"] == 0
+
+
+def _two_routers(listed, stranded):
+    """Two routers (smg API) behind one timeline of calls: each lists ``listed``, neither
+    ``stranded`` (a controller killed between its removal and its re-add)."""
+    timeline = []
+    routers = []
+    for name in ("r1", "r2"):
+        fake = FakeRouter(listed)
+
+        def fetch(method, url, body, headers, timeout, _fake=fake, _name=name):
+            status, text = _fake(method, url, body, headers, timeout)
+            added = (json.loads(body)["url"],) if method == "POST" else ()
+            timeline.append((_name,) + _fake.calls[-1] + added)
+            return status, text
+
+        routers.append((fake, r.Router("http://%s:30000" % name, "workers", fetch)))
+    assert all(stranded not in r.serving(router.workers()) for _f, router in routers)
+    timeline[:] = []
+    return timeline, routers
+
+
+def _rerun(routers, candidates, healthy, batch):
+    """The re-run's order, as playbooks/deploy.yml runs it: the put-back on every router
+    (router_restore.yml, router_worker state=restored), then the first batch leaves every
+    router (router_leave.yml, state=absent)."""
+    from ansible_collections.gpufleet.sglang.plugins.module_utils.router import _router_fleet as rf
+
+    for _fake, router in routers:
+        rf.put_back_unlisted(router, candidates, [], lambda u: healthy[u], 30, 0.1, **dict(CLOCK))
+    for _fake, router in routers:
+        r.take_out(router, batch, 1, 30, 0.1, **dict(CLOCK))
+
+
+def test_a_stranded_ready_server_is_put_back_into_every_router_before_the_first_removal():
+    """Issue 43, item 5: the killed host 'a' serves the target and answers /health, but
+    neither router lists it; the re-run's first batch takes 'b' out. 'a' is added to both
+    routers, and each routes to it, before the first DELETE on either router."""
+    timeline, routers = _two_routers(["http://b:1", "http://c:1"], "http://a:1")
+    _rerun(routers, ["http://a:1", "http://b:1", "http://c:1"],
+           {"http://a:1": True, "http://b:1": True, "http://c:1": True}, ["http://b:1"])
+    first_delete = next(i for i, call in enumerate(timeline) if call[1] == "DELETE")
+    adds = [i for i, call in enumerate(timeline) if call[1] == "POST"]
+    assert [timeline[i][0] for i in adds] == ["r1", "r2"]
+    assert [timeline[i][3] for i in adds] == ["http://a:1", "http://a:1"]
+    assert max(adds) < first_delete
+    # each router saw it healthy (its put-back's last list) before the removal began
+    gets_before = [call for call in timeline[:first_delete] if call[1] == "GET"]
+    assert {call[0] for call in gets_before} == {"r1", "r2"}
+    for _fake, router in routers:
+        assert r.serving(router.workers()) == ["http://a:1", "http://c:1"]
+
+
+def test_an_unhealthy_stranded_server_is_not_put_back_and_a_listed_fleet_costs_one_list():
+    timeline, routers = _two_routers(["http://b:1", "http://c:1"], "http://a:1")
+    asked = []
+
+    def healthy(url):
+        asked.append(url)
+        return False
+
+    from ansible_collections.gpufleet.sglang.plugins.module_utils.router import _router_fleet as rf
+
+    for _fake, router in routers:
+        res = rf.put_back_unlisted(router, ["http://a:1", "http://b:1", "http://c:1"], [],
+                                   healthy, 30, 0.1, **dict(CLOCK))
+        assert res["added"] == [] and res["not_ready"] == [
+            {"url": "http://a:1", "reason": "/health does not answer 200"}]
+    assert asked == ["http://a:1", "http://a:1"]
+    assert [call[1] for call in timeline] == ["GET", "GET"]  # no POST
+    # every router lists every candidate: one list per router, no health asked, no change
+    timeline[:] = []
+    asked[:] = []
+    for _fake, router in routers:
+        res = rf.put_back_unlisted(router, ["http://b:1", "http://c:1"], [], healthy, 30, 0.1,
+                                   **dict(CLOCK))
+        assert res["added"] == [] and res["unlisted"] == []
+    assert asked == [] and [call[1] for call in timeline] == ["GET", "GET"]
+
+
+def test_a_stale_running_gauge_drains_where_the_release_counts_each_forward():
+    """Up to 0.5.9 the idle report that zeroes the gauges comes 30 s after the last report:
+    where realtime_tokens_total exists, readings over the quiet time in which it stays put
+    drain the server though the gauge still says 1 (no forward ran). Without that counter
+    (older releases) the same stale gauge is trusted until the drain times out."""
+    t = FakeTime()
+    stale = BUSY_METRICS % (1, 0, 64, 63)
+    d = r.drain(readings([stale])[0], 60, 1, quiet=3, clock=t.clock, sleep=t.sleep)
+    assert d["drained"] and d["elapsed_s"] == 3.0 and d["running"] == 1 and d["busy"] == 1
+    t = FakeTime()
+    d = r.drain(readings([METRICS % (1, 0)])[0], 10, 1, quiet=3, clock=t.clock, sleep=t.sleep)
+    assert not d["drained"] and d["elapsed_s"] == 10.0
+    # and the counter moving keeps the server busy whatever the gauges say
+    t = FakeTime()
+    n = iter(range(10 ** 6))
+    d = r.drain(lambda: BUSY_METRICS % (1, 0, next(n), 0), 10, 1, quiet=3, clock=t.clock, sleep=t.sleep)
+    assert not d["drained"]

@@ -98,3 +98,69 @@ def test_membership_reads_a_draining_row_as_not_listed():
     ready = [dict(row, healthy=True, status="ready") for row in draining]
     plan = rf.membership(cand, ["http://b:1"], healthy, ready)
     assert plan == {"add": [], "remove": ["http://b:1"], "keep": ["http://a:1"]}
+
+
+# ---- before any batch leaves: put back the ready servers a router does not list ----
+
+def test_unlisted_counts_a_draining_row_as_not_listed():
+    listed = rows(("http://b:1", True), ("http://c:1", False))
+    listed.append({"id": "9", "url": "http://d:1", "healthy": False, "status": "draining"})
+    got = rf.unlisted(["http://a:1/", "http://b:1", "http://c:1", "http://d:1", "http://a:1"], listed)
+    assert got == ["http://a:1", "http://d:1"]  # c is listed (unhealthy): not ours to add
+
+
+def test_restore_adds_only_the_healthy_unlisted_not_held_and_never_removes():
+    cand = ["http://a:1", "http://b:1", "http://c:1", "http://d:1", "http://e:1"]
+    listed = rows(("http://b:1", True), ("http://x:1", True))
+    healthy = {"http://a:1": True, "http://c:1": False, "http://e:1": True}
+    plan = rf.restore(cand, ["http://e:1/"], healthy, listed)
+    assert plan["add"] == ["http://a:1"]
+    assert plan["unlisted"] == ["http://a:1", "http://c:1", "http://d:1", "http://e:1"]
+    assert plan["not_ready"] == [{"url": "http://c:1", "reason": "/health does not answer 200"},
+                                 {"url": "http://d:1", "reason": "health not asked"},
+                                 {"url": "http://e:1", "reason": "held"}]
+    assert "remove" not in plan
+    # every candidate listed: nothing to add, nothing to ask
+    full = rows(*[(u, True) for u in cand])
+    assert rf.restore(cand, [], {}, full) == {"add": [], "unlisted": [], "not_ready": []}
+
+
+def test_restore_hosts_are_every_host_of_a_server_a_router_would_put_back():
+    servers = [{"host": "s1", "url": "http://s1:1", "members": ["s1"]},
+               {"host": "m0", "url": "http://m0:1", "members": ["m0", "m1"]},
+               {"host": "s3", "url": "http://s3:1", "members": ["s3"]}]
+    assert rf.restore_hosts(servers, ["http://m0:1/", "http://s3:1"]) == ["m0", "m1", "s3"]
+    assert rf.restore_hosts(servers, []) == []
+
+
+def _plan(restart, summary="no change"):
+    return {"changed": restart, "restart": restart, "summary": summary, "action": "none"}
+
+
+def test_restore_inputs_only_the_servers_at_target_and_not_held():
+    free = {"changed": False, "held": False}
+    servers = [
+        # killed before its re-add: it serves the target, nothing to restart
+        {"host": "s1", "url": "http://s1:1", "hold": free, "plans": {"s1": _plan(False)}},
+        # killed before its unit was installed: it still runs what this run replaces
+        {"host": "s2", "url": "http://s2:1", "hold": free,
+         "plans": {"s2": _plan(True, "restart: argv changed")}},
+        # held by its marker, and one held by the inventory with no read
+        {"host": "s3", "url": "http://s3:1", "hold": {"held": True}, "plans": {"s3": _plan(False)}},
+        {"host": "s4", "url": "http://s4:1", "hold": None, "inventory_hold": "yes", "plans": {}},
+        # not read this run (the first task found it listed everywhere): left alone
+        {"host": "s5", "url": "http://s5:1", "hold": {"skipped": True, "changed": False},
+         "plans": {"s5": {"skipped": True, "changed": False}}},
+        # a multi-node server: rank 1 will restart, so the server is not at target
+        {"host": "m0", "url": "http://m0:1", "hold": free,
+         "plans": {"m0": _plan(False), "m1": _plan(True, "restart: owed")}},
+        # a multi-node server whose rank 1 plan was not made: unknown
+        {"host": "n0", "url": "http://n0:1", "hold": free, "plans": {"n0": _plan(False), "n1": None}},
+        {"host": "r1", "url": "", "hold": None, "plans": {}},  # a rank >= 1 row: no URL
+    ]
+    got = rf.restore_inputs(servers)
+    assert got["urls"] == ["http://s1:1"]
+    assert got["held"] == ["http://s3:1", "http://s4:1"]
+    assert got["not_at_target"] == {"s2": "s2: it will restart (restart: argv changed)",
+                                    "m0": "m1: it will restart (restart: owed)"}
+    assert got["unknown"] == ["s5", "n0"]

@@ -4,10 +4,17 @@ import pytest
 from ansible_collections.gpufleet.sglang.plugins.module_utils.status._status import (
     COLUMNS,
     METRICS,
+    PD_COLUMNS,
     UNREADABLE,
+    cmdline_argv,
+    columns,
     drift,
     human_duration,
     parse_exposition,
+    pd_from_argv,
+    pd_from_record,
+    pd_of,
+    peers_cell,
     problems,
     row,
     scheduler_metrics,
@@ -221,3 +228,131 @@ def test_row_pending_while_the_recorded_process_runs():
     # another process runs (restarted since): applied, nothing pending
     restarted = make_row(record=record, props=dict(PROPS, MainPID="999"))
     assert restarted["pending"] == [] and table_line(restarted).split()[10] == "-"
+
+
+# ------------------------------------------------------------------ prefill/decode
+
+PY = "/opt/sglang/0.5.23/bin/python"
+SERVER = [PY, "-m", "sglang.launch_server", "--model-path", "/models/k2", "--tp-size", "8"]
+PREFILL_ARGV = SERVER[3:] + ["--disaggregation-mode", "prefill",
+                             "--disaggregation-transfer-backend", "mooncake_tcp",
+                             "--disaggregation-bootstrap-port", "9001"]
+DECODE_ARGV = SERVER[3:] + ["--disaggregation-mode=decode", "--disaggregation-transfer-backend",
+                            "mooncake"]
+
+
+def test_pd_from_argv():
+    assert pd_from_argv(PREFILL_ARGV) == {"role": "prefill", "bootstrap_port": 9001,
+                                          "transfer_backend": "mooncake_tcp", "node_rank": 0}
+    assert pd_from_argv(DECODE_ARGV) == {"role": "decode", "bootstrap_port": None,
+                                         "transfer_backend": "mooncake", "node_rank": 0}
+    # a prefill server without the flag listens on SGLang's default
+    assert pd_from_argv(["--disaggregation-mode", "prefill"])["bootstrap_port"] == 8998
+    # co-located: no flag, or the release's default "null"; argparse keeps the last value
+    for argv in (SERVER[3:], SERVER[3:] + ["--disaggregation-mode", "null"],
+                 ["--disaggregation-mode", "decode", "--disaggregation-mode", "null"]):
+        assert pd_from_argv(argv) == {"role": None, "bootstrap_port": None,
+                                      "transfer_backend": None, "node_rank": 0}
+    assert pd_from_argv(DECODE_ARGV + ["--nnodes", "2", "--node-rank", "1"])["node_rank"] == 1
+    assert pd_from_argv(None)["role"] is None
+
+
+def test_cmdline_argv():
+    raw = "\0".join(SERVER + ["--disaggregation-mode", "decode"]).encode() + b"\0"
+    assert cmdline_argv(raw) == SERVER + ["--disaggregation-mode", "decode"]
+    # through the collection's launcher (the API key stays in the environment)
+    launcher = [PY, "/usr/local/libexec/gpufleet/secret_exec.py", "--api-key=SGLANG_API_KEY", "--",
+                "-m", "sglang.launch_server", "--disaggregation-mode", "prefill"]
+    assert pd_from_argv(cmdline_argv("\0".join(launcher).encode()))["role"] == "prefill"
+    # not an SGLang server's (renamed, or another program), or nothing: unknown
+    assert cmdline_argv(b"sglang::scheduler_TP0\0") is None
+    assert cmdline_argv(b"") is None and cmdline_argv(None) is None
+
+
+def test_pd_from_record():
+    assert pd_from_record({}) is None and pd_from_record(None) is None
+    assert pd_from_record({"argv": PREFILL_ARGV})["role"] == "prefill"
+    assert pd_from_record({"argv": SERVER[3:]})["role"] is None
+    # a record without argv: its placements (check/_pd_roles.previous_from_records' shape)
+    assert pd_from_record({"pd": [{"role": "decode", "base_gpu_id": 0, "gpus": 8}]}) == {
+        "role": "decode", "bootstrap_port": None, "transfer_backend": None, "node_rank": 0}
+    both = pd_from_record({"pd": [{"role": "decode"}, {"role": "prefill"}]})
+    assert both["role"] == "prefill+decode" and both["bootstrap_port"] == 8998
+    assert pd_from_record({"pd": "prefill"})["role"] == "prefill"
+    assert pd_from_record({"strategy": "ep8"})["role"] is None
+
+
+def test_pd_of_prefers_what_runs_and_names_a_role_the_record_does_not_say():
+    record = dict(RECORD, argv=DECODE_ARGV)
+    facts, source, reasons = pd_of(SERVER + DECODE_ARGV[len(SERVER) - 3:], record)
+    assert (facts["role"], source, reasons) == ("decode", "process", [])
+    facts, source, reasons = pd_of(SERVER + ["--disaggregation-mode", "prefill"], record)
+    assert (facts["role"], source) == ("prefill", "process")
+    assert reasons == ["the process runs as prefill (--disaggregation-mode prefill), the "
+                       "deployment record says decode"]
+    # a co-located process where the record says decode, and the other way round
+    assert pd_of(SERVER, record)[2] == ["the process runs co-located (no --disaggregation-mode), "
+                                        "the deployment record says decode"]
+    assert pd_of(SERVER + ["--disaggregation-mode", "decode"], dict(RECORD, argv=SERVER[3:]))[2] == [
+        "the process runs as decode (--disaggregation-mode decode), the deployment record says "
+        "co-located"]
+    # nothing runs (or its command line cannot be read): the record; neither: co-located, unknown
+    assert pd_of(None, record)[:2] == (pd_from_argv(DECODE_ARGV), "record")
+    assert pd_of(None, {})[0]["role"] is None and pd_of(None, {})[1] is None
+    # a record without argv cannot disagree
+    assert pd_of(SERVER + ["--disaggregation-mode", "prefill"], {"pd": "decode"})[2] == []
+    assert pd_of(SERVER + ["--disaggregation-mode", "prefill"], RECORD)[2] == []
+
+
+def test_row_carries_the_pd_role_and_its_drift():
+    record = dict(RECORD, argv=PREFILL_ARGV)
+    r = make_row(record=record, process_argv=SERVER + PREFILL_ARGV[len(SERVER) - 3:])
+    assert (r["pd_role"], r["pd_source"], r["pd_bootstrap_port"], r["pd_transfer_backend"],
+            r["pd_peers"]) == ("prefill", "process", 9001, "mooncake_tcp", None)
+    assert r["ok"] and r["line"] == table_line(r)  # the module's own line has no PD columns
+    flipped = make_row(record=record, process_argv=SERVER + ["--disaggregation-mode", "decode"])
+    assert flipped["drifted"] and not flipped["ok"] and flipped["pd_role"] == "decode"
+    assert flipped["problems"] == ["drift: the process runs as decode (--disaggregation-mode "
+                                   "decode), the deployment record says prefill"]
+    # the unit is not active: no process, the record says it
+    stopped = make_row(record=record, props={"ActiveState": "inactive", "MainPID": "0"},
+                       process_argv=SERVER)
+    assert (stopped["pd_role"], stopped["pd_source"]) == ("prefill", "record")
+    assert make_row()["pd_role"] is None and make_row()["pd_source"] == "record"
+
+
+def test_the_pd_columns_come_after_strategy():
+    assert [c[0] for c in columns()] == [c[0] for c in COLUMNS]
+    assert [c[0] for c in columns(pd=True)] == (
+        ["HOST", "STRATEGY", "PD", "PEERS"] + [c[0] for c in COLUMNS[2:]])
+    assert table_header(pd=True).split() == [c[0] for c in columns(pd=True)]
+    decode = dict(make_row(record=dict(RECORD, argv=DECODE_ARGV)),
+                  pd_peers=[{"host": "gpu-1", "role": "prefill", "bootstrap_port": 9001}])
+    assert table_line(decode, pd=True).split()[:4] == ["h1", "ep8", "decode", "gpu-1"]
+    prefill = dict(make_row(record=dict(RECORD, argv=PREFILL_ARGV)), pd_peers=[])
+    assert table_line(prefill, pd=True).split()[2:4] == ["prefill:9001", "none"]
+    co = make_row()
+    assert table_line(co, pd=True).split()[:4] == ["h1", "ep8", "-", "-"]
+    # every fixed column starts where its title starts, the PD ones too
+    header, line = table_header(pd=True), table_line(decode, pd=True)
+    start = 0
+    for title, width, dummy in columns(pd=True):
+        assert header[start:start + len(title)] == title
+        if width:
+            assert line[start + width] == " "
+            start += width + 1
+    assert [c[0] for c in PD_COLUMNS] == ["PD", "PEERS"]
+
+
+def test_peers_cell():
+    row_ = {"pd_role": "decode"}
+    assert peers_cell(row_) == "?"
+    assert peers_cell(dict(row_, pd_peers=[])) == "none"
+    assert peers_cell({"pd_role": None, "pd_peers": []}) == "-"
+    names = [{"host": "gpu-%d" % i} for i in range(1, 9)]
+    assert peers_cell(dict(row_, pd_peers=names[:2])) == "gpu-1,gpu-2"
+    many = peers_cell(dict(row_, pd_peers=names))
+    assert many == "gpu-1,gpu-2,gpu-3,+5" and len(many) < 24
+    # one name longer than the cell: the table cuts it
+    long_name = [{"host": "a-very-long-inventory-hostname.example.com"}]
+    assert peers_cell(dict(row_, pd_peers=long_name)) == long_name[0]["host"]

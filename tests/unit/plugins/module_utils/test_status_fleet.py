@@ -71,3 +71,130 @@ def test_a_router_without_a_list_fails():
 
 def test_columns_extend_by_one_entry():
     assert [t for t, _c in _status_fleet.EXTRA_COLUMNS] == ["ROUTERS"]
+
+
+# ------------------------------------------------------------------ prefill/decode
+
+from ansible_collections.gpufleet.sglang.plugins.module_utils.status._status import (  # noqa: E402
+    row as status_row,
+    table_header,
+)
+
+PREFILL = ["--model-path", "/m", "--disaggregation-mode", "prefill",
+           "--disaggregation-bootstrap-port", "9001"]
+DECODE = ["--model-path", "/m", "--disaggregation-mode", "decode"]
+CO = ["--model-path", "/m"]
+PROPS = {"ActiveState": "active", "MainPID": "1234", "ExecMainStartTimestampMonotonic": "1000000"}
+
+
+def pd_row(host, argv, process=True, ready=True):
+    """A module row: what runs (``argv`` on its command line) and its record say the same."""
+    record = {"strategy": "ep8", "release": "0.5.23", "argv": argv,
+              "deployed_at": "2026-12-01T00:50:00Z"}
+    return status_row(host, record, PROPS, 10000000, {"route": "/ready", "ready": ready,
+                                                      "detail": "200"},
+                      {"detail": "ok"}, [], 30000, "sglang.service", "/rec",
+                      ["python", "-m", "sglang.launch_server"] + argv if process else None)
+
+
+def pd_hostvars(rows, **more):
+    hv = dict((h, {"__status": {"header": "HEAD", "row": r}}) for h, r in rows.items())
+    for host, extra in more.items():
+        hv.setdefault(host, {}).update(extra)
+    return hv
+
+
+def test_each_pd_server_shows_its_role_and_peers():
+    rows = {"gpu-1": pd_row("gpu-1", PREFILL), "gpu-2": pd_row("gpu-2", DECODE),
+            "gpu-3": pd_row("gpu-3", DECODE)}
+    groups = {"sglang_servers": ["gpu-1", "gpu-2", "gpu-3"]}
+    out = status_fleet(["gpu-1", "gpu-2", "gpu-3"], pd_hostvars(rows), groups=groups,
+                       servers_group="sglang_servers")
+    assert out["ok"], out["failures"]
+    assert out["lines"][0] == table_header(pd=True)
+    cells = [line.split()[:4] for line in out["lines"][1:]]
+    assert cells == [["gpu-1", "ep8", "prefill:9001", "gpu-2,gpu-3"],
+                     ["gpu-2", "ep8", "decode", "gpu-1"],
+                     ["gpu-3", "ep8", "decode", "gpu-1"]]
+    by_host = dict((r["host"], r) for r in out["rows"])
+    assert by_host["gpu-2"]["pd_peers"] == [
+        {"host": "gpu-1", "role": "prefill", "bootstrap_port": 9001, "source": "process"}]
+    assert [p["host"] for p in by_host["gpu-1"]["pd_peers"]] == ["gpu-2", "gpu-3"]
+    assert all(p["bootstrap_port"] is None for p in by_host["gpu-1"]["pd_peers"])
+    assert by_host["gpu-1"]["pd_problems"] == []
+
+
+def test_a_co_located_fleet_keeps_its_table():
+    rows = {"s1": pd_row("s1", CO), "s2": pd_row("s2", CO)}
+    out = status_fleet(["s1", "s2"], pd_hostvars(rows), groups={"g": ["s1", "s2"]},
+                       servers_group="g")
+    assert out["lines"][0] == "HEAD"
+    assert out["lines"][1] == rows["s1"]["line"] and out["ok"]
+    assert all(r["pd_peers"] is None and r["pd_problems"] == [] for r in out["rows"])
+
+
+def test_a_prefill_server_without_a_decode_peer_fails_when_the_fleet_is_known():
+    """Issue 43 item 9's demo: --disaggregation-mode prefill through server_extra_args on both
+    hosts; health 200, no decode server anywhere. Status names it."""
+    rows = {"s1": pd_row("s1", PREFILL), "s2": pd_row("s2", PREFILL)}
+    groups = {"sglang_servers": ["s1", "s2"]}
+    out = status_fleet(["s1", "s2"], pd_hostvars(rows), groups=groups,
+                       servers_group="sglang_servers")
+    assert not out["ok"]
+    assert out["failures"] == [
+        "s1: serves prefill, but no server of the fleet serves decode: no request completes "
+        "through it",
+        "s2: serves prefill, but no server of the fleet serves decode: no request completes "
+        "through it"]
+    assert [line.split()[2:4] for line in out["lines"][1:3]] == [["prefill:9001", "none"]] * 2
+    # the control: the same play without the inventory's group cannot know the fleet: "?"
+    out = status_fleet(["s1", "s2"], pd_hostvars(rows))
+    assert out["ok"] and [line.split()[3] for line in out["lines"][1:3]] == ["?", "?"]
+
+
+def test_peers_outside_the_play_come_from_the_inventory():
+    """-l gpu-2: gpu-1 is pinned prefill (sglang_pd_role, its own bootstrap port), gpu-4 is in
+    the group sglang_prefill, gpu-3 has a cached record (decode); gpu-5 is unknown."""
+    rows = {"gpu-2": pd_row("gpu-2", DECODE)}
+    hv = pd_hostvars(rows, **{
+        "gpu-1": {"sglang_pd_role": "prefill", "sglang_pd_bootstrap_port": 9100},
+        "gpu-3": {"ansible_local": {"sglang": {"argv": DECODE}}},
+        "gpu-4": {},
+        "gpu-5": {}})
+    groups = {"sglang_servers": ["gpu-1", "gpu-2", "gpu-3", "gpu-4", "gpu-5"],
+              "sglang_prefill": ["gpu-4"]}
+    out = status_fleet(["gpu-2"], hv, groups=groups, servers_group="sglang_servers")
+    peers = out["rows"][0]["pd_peers"]
+    assert peers == [
+        {"host": "gpu-1", "role": "prefill", "bootstrap_port": 9100, "source": "inventory"},
+        {"host": "gpu-4", "role": "prefill", "bootstrap_port": 8998, "source": "inventory"}]
+    assert out["ok"] and out["lines"][1].split()[3] == "gpu-1,gpu-4"
+    # no prefill known, one host unknown (gpu-5): "?" and no failure
+    del hv["gpu-1"]["sglang_pd_role"]
+    out = status_fleet(["gpu-2"], hv, groups=dict(groups, sglang_prefill=[]),
+                       servers_group="sglang_servers")
+    assert out["ok"] and out["rows"][0]["pd_peers"] is None
+
+
+def test_a_multi_node_server_is_one_peer_and_a_missing_host_its_inventory_role():
+    rows = {"p1": pd_row("p1", PREFILL), "p2": pd_row("p2", PREFILL + ["--node-rank", "1"]),
+            "d1": pd_row("d1", DECODE)}
+    hv = pd_hostvars(rows, d2={"sglang_pd_role": ["decode"]})
+    groups = {"sglang_servers": ["p1", "p2", "d1", "d2"]}
+    out = status_fleet(["p1", "p2", "d1", "d2"], hv, groups=groups, servers_group="sglang_servers")
+    by_host = dict((r["host"], r) for r in out["rows"])
+    assert [p["host"] for p in by_host["d1"]["pd_peers"]] == ["p1"]  # p2 is p1's rank 1
+    assert [p["host"] for p in by_host["p2"]["pd_peers"]] == ["d1", "d2"]
+    assert out["failures"] == ["d2: no status (host unreachable or the module failed)"]
+
+
+def test_inventory_pd():
+    hv = {"a": {"sglang_pd_role": "decode"}, "b": {}, "c": {"ansible_local": {"sglang": {
+        "argv": CO}}}, "d": {"sglang_pd_role": "prefill", "sglang_pd_bootstrap_port": "none",
+                             "sglang_node_rank": 1}}
+    got = _status_fleet.inventory_pd(["a", "b", "c", "d", "zz"], hv, {"sglang_prefill": ["b"]})
+    assert got == {
+        "a": {"role": "decode", "bootstrap_port": None, "node_rank": 0, "source": "inventory"},
+        "b": {"role": "prefill", "bootstrap_port": 8998, "node_rank": 0, "source": "inventory"},
+        "c": {"role": None, "bootstrap_port": None, "node_rank": 0, "source": "record"},
+        "d": {"role": "prefill", "bootstrap_port": 8998, "node_rank": 1, "source": "inventory"}}

@@ -5,7 +5,11 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils.check._strategy im
     StrategyError,
     check_fits,
     gpus_needed,
+    is_pd,
+    parse_pd,
     parse_strategy,
+    pd_gpus,
+    pd_name,
     resolve,
     strategy_name,
 )
@@ -117,3 +121,66 @@ def test_resolve_and_names():
     for name, layout in PRESETS.items():
         assert strategy_name(layout) == name
         assert parse_strategy(strategy_name(layout)) == layout
+
+
+# --- prefill/decode (PD) layouts --------------------------------------------------------
+
+@pytest.mark.parametrize("text, prefill, decode, name", [
+    ("prefill:ep8+decode:2xep8", (1, "ep8"), (2, "ep8"), "prefill:ep8+decode:2xep8"),
+    ("prefill:2xep8+decode:ep8", (2, "ep8"), (1, "ep8"), "prefill:2xep8+decode:ep8"),
+    # either order, blanks and case do not count, a count of 1 may be written
+    ("Decode: 2 x EP8 + prefill:1xtp8-ep8", (1, "ep8"), (2, "ep8"), "prefill:ep8+decode:2xep8"),
+    # any one-server layout, multi-node ones included (tp16 over two hosts of 8 GPUs)
+    ("prefill:tp16+decode:4xtp8-dp8", (1, "tp16"), (4, "tp8-dp8"), "prefill:tp16+decode:4xtp8-dp8"),
+    ("prefill:tp4+decode:tp4", (1, "tp4"), (1, "tp4"), "prefill:tp4+decode:tp4"),
+])
+def test_pd_layouts_parse_into_roles(text, prefill, decode, name):
+    roles = parse_pd(text)
+    assert is_pd(text)
+    for role, (count, layout) in (("prefill", prefill), ("decode", decode)):
+        assert roles[role]["count"] == count
+        assert roles[role]["layout"] == parse_strategy(layout)
+        assert roles[role]["name"] == strategy_name(parse_strategy(layout))
+        assert roles[role]["gpus"] == gpus_needed(parse_strategy(layout))
+    assert pd_name(roles) == name == pd_name(text)
+    assert parse_pd(pd_name(roles)) == roles
+    assert pd_gpus(roles) == prefill[0] * gpus_needed(parse_strategy(prefill[1])) + \
+        decode[0] * gpus_needed(parse_strategy(decode[1]))
+
+
+@pytest.mark.parametrize("text, expect", [
+    ("prefill:ep8", "must name two roles joined by one '+' (got 1 part)"),
+    ("prefill:ep8+decode:ep8+decode:ep8", "(got 3 parts)"),
+    ("prefill:ep8+prefill:2xep8", "names prefill twice"),
+    ("p:ep8+d:ep8", "unknown role 'p'; the roles are prefill and decode"),
+    ("prefill=ep8+decode=ep8", "'prefill=ep8' is not <role>:[<N>x]<layout>"),
+    ("prefill:ep8+decode:", "the decode role has no layout"),
+    ("prefill:ep8+decode:0xep8", "the decode count must be between 1 and 1024 servers, got 0"),
+    ("prefill:ep8+decode:02xep8", "got 02"),
+    ("prefill:ep8+decode:2000xep8", "got 2000"),
+    ("prefill:ep8+decode:2xtp8-ep3", "PD layout 'prefill:ep8+decode:2xtp8-ep3', decode role: strategy "
+                                     "'tp8-ep3': ep 3 does not divide tp 8"),
+    ("prefill:tp7x+decode:ep8", "prefill role: unknown strategy 'tp7x'"),
+    ("prefill:ep8+decode:2x", "the decode role has no layout"),
+])
+def test_malformed_pd_layouts_name_the_input_the_role_and_the_form(text, expect):
+    with pytest.raises(StrategyError) as err:
+        parse_pd(text)
+    assert expect in str(err.value)
+    assert repr(text.lower())[:12] in str(err.value)
+
+
+def test_pd_layout_needs_a_string():
+    with pytest.raises(StrategyError, match="a PD layout must be a string"):
+        parse_pd({"prefill": "ep8"})
+
+
+def test_a_pd_layout_is_no_one_server_strategy():
+    # every step that takes one server's layout (the planner, the tune's space, the doctor)
+    # says so, instead of "unknown strategy"
+    for text in ("prefill:ep8+decode:2xep8", "prefill:ep8"):
+        with pytest.raises(StrategyError, match="is a prefill/decode .PD. layout"):
+            parse_strategy(text)
+    assert not is_pd("tp8-ep8") and not is_pd(None)
+    # no comma: a comma-separated list of strategies keeps PD layouts whole
+    assert "," not in pd_name("prefill:ep8+decode:2xep8")

@@ -87,6 +87,16 @@ def test_session_settings_keep_the_swarm_inside_the_fleet():
     for key in ("enable_dht", "enable_lsd", "enable_upnp", "enable_natpmp"):
         assert settings[key] is False
     assert settings["aio_threads"] == 2
+    assert settings["max_out_request_queue"] == _swarm.MAX_REQUESTS
+
+
+def test_the_model_scenario_bounds_redundancy_by_the_request_queue():
+    """The model scenario's repair bounds the bytes received twice by what the two holders
+    owe at once (their request queues): its figure must follow MAX_REQUESTS."""
+    from ansible_collections.gpufleet.sglang.tests.paths import ROOT
+    with open(os.path.join(ROOT, "extensions", "molecule", "model", "verify.yml")) as f:
+        text = f.read()
+    assert 'swarm_queue_bytes: "{{ %d * 16384 }}"' % _swarm.MAX_REQUESTS in text
 
 
 def test_process_cpu_counts_this_process_work():

@@ -195,3 +195,52 @@ def test_a_refusal_names_the_router_and_the_counts(run_module):
         assert len(fake.workers) == 2
     finally:
         fake.close()
+
+
+def test_restored_puts_back_only_the_healthy_unlisted_before_a_batch_leaves(run_module):
+    """state=restored (router_restore.yml, before the first batch): the stranded server
+    that answers /health is added; one that does not answer, and a held one, are not;
+    nothing is removed; a router that lists every candidate is asked once and no server's
+    /health is asked; then the batch's removal comes after the add."""
+    fake, up, held = Fake([]), Fake([]), Fake([])
+    down = "http://127.0.0.1:9"
+    listed = "http://b:1"
+    fake.workers = {"id-b": listed}
+    try:
+        args = {"router_url": fake.url, "api": "workers", "urls": [up.url, down, held.url, listed],
+                "held": [held.url], "state": "restored", "interval": 0.05, "request_timeout": 2,
+                "worker_api_keys": {up.url: "s3cret"}}
+        res, failed = run_module(router_worker, dict(args, _ansible_check_mode=True))
+        assert not failed and res["changed"] and res["added"] == [up.url]
+        assert res["unlisted"] == [up.url, down, held.url]
+        assert res["not_ready"] == [{"url": down, "reason": "/health does not answer 200"},
+                                    {"url": held.url, "reason": "held"}]
+        assert [c[0] for c in fake.calls] == ["GET"] and up.calls == [("GET", "/health")]
+        assert held.calls == []  # a held server is not even asked
+        res, failed = run_module(router_worker, args)
+        assert not failed and res["changed"] and res["added"] == [up.url]
+        assert sorted(fake.workers.values()) == sorted([listed, up.url])
+        assert fake.keys == {up.url: "s3cret"}
+        # the first batch leaves after it: the add came before the removal
+        res, failed = run_module(router_worker, {"router_url": fake.url, "api": "workers",
+                                                 "urls": [listed], "state": "absent",
+                                                 "interval": 0.05})
+        assert not failed and res["removed"] == [listed]
+        kinds = [c[0] for c in fake.calls]
+        assert kinds.index("POST") < kinds.index("DELETE")
+        # a plain re-run: every candidate listed, one list, no /health asked, no change
+        fake.calls[:], up.calls[:] = [], []
+        res, failed = run_module(router_worker, dict(args, urls=[up.url]))
+        assert not failed and not res["changed"] and res["added"] == [] and res["unlisted"] == []
+        assert fake.calls == [("GET", "/workers")] and up.calls == []
+    finally:
+        fake.close()
+        up.close()
+        held.close()
+
+
+def test_restored_skips_a_router_not_installed_yet(run_module, tmp_path):
+    res, failed = run_module(router_worker, {
+        "router_url": "http://127.0.0.1:9", "urls": ["http://a:1"], "state": "restored",
+        "api": "workers", "unit_path": str(tmp_path / "none.service")})
+    assert not failed and not res["changed"] and "not installed yet" in res["skipped_reason"]

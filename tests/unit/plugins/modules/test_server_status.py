@@ -3,6 +3,8 @@ a fake SGLang HTTP server on loopback."""
 import hashlib
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -223,3 +225,47 @@ def test_check_mode_reads_the_same(run_module, host, ours):
 def test_bad_arguments_fail(run_module, host, over, needle):
     result, failed = run_module(server_status, dict(host.args(30000), **over))
     assert failed and needle in result["msg"]
+
+
+@pytest.fixture
+def pd_process():
+    """A process whose command line is a PD server's (it only sleeps): /proc/<pid>/cmdline is
+    what the module reads."""
+    started = []
+
+    def start(*flags):
+        proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "-m",
+                                 "sglang.launch_server", "--model-path", "/m"] + list(flags))
+        started.append(proc)
+        return proc.pid
+
+    yield start
+    for proc in started:
+        proc.kill()
+        proc.wait()
+
+
+def test_the_pd_role_is_read_from_what_runs(run_module, host, ours, pd_process):
+    """The record says decode; the main process runs prefill on bootstrap port 9001: the row
+    says prefill (from the process) and names the drift. Control: the process as recorded."""
+    pid = pd_process("--disaggregation-mode", "prefill", "--disaggregation-bootstrap-port", "9001")
+    host.write_record(1)
+    rec = json.loads(host.record.read_text())
+    rec["argv"] = ["--model-path", "/m", "--disaggregation-mode", "decode"]
+    host.record.write_text(json.dumps(rec))
+    show = (host.state / "show").read_text().replace("MainPID=4321", "MainPID=%d" % pid)
+    (host.state / "show").write_text(show)
+    result, failed = run_module(server_status, host.args(1, request_timeout=1, metrics=False))
+    assert not failed
+    row = result["row"]
+    assert (row["pd_role"], row["pd_source"], row["pd_bootstrap_port"]) == ("prefill", "process", 9001)
+    assert row["drift"] == ["the process runs as prefill (--disaggregation-mode prefill), the "
+                            "deployment record says decode"]
+    rec["argv"] = ["--model-path", "/m", "--disaggregation-mode", "prefill"]
+    host.record.write_text(json.dumps(rec))
+    result, failed = run_module(server_status, host.args(1, request_timeout=1, metrics=False))
+    assert result["row"]["drift"] == [] and result["row"]["pd_role"] == "prefill"
+    # the unit stopped: no process, the record's role
+    host.show(active=False)
+    result, failed = run_module(server_status, host.args(1, request_timeout=1, metrics=False))
+    assert (result["row"]["pd_role"], result["row"]["pd_source"]) == ("prefill", "record")

@@ -46,7 +46,7 @@ def server_model(release, argv, gpus_per_node=8, gpu_memory_mib=None, ttft_ms=No
         raise StartFailure("argparse exit %s" % exc.code) from None
     refused = _server_args.refusal(release, args)
     if refused is not None:
-        raise StartFailure("AssertionError: %s" % refused)
+        raise StartFailure("%s: %s" % (type(refused).__name__, refused))
     lay, _warnings = _layout.resolve(release, args)
     lay["gpus_per_node"] = gpus_per_node
     try:

@@ -70,6 +70,9 @@ THROUGHPUT_WINDOW_S = 5.0
 PREFILL_PER_DECODE = 10.0
 # Extra cost of an eager decode step (no CUDA graph), in units of the step's fixed cost.
 EAGER_STEP_FACTOR = 0.5
+# The scheduler's idle report of its gauges: at most this long after its last report
+# (every release; see MetricsReporter).
+IDLE_REPORT_S = 30.0
 
 WORDS = (
     "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike "
@@ -197,7 +200,7 @@ class StepModel:
 class Req:
     """One generation request inside the scheduler."""
 
-    __slots__ = ("rid", "prompt", "n_out", "prefilled", "out", "reserved", "sink")
+    __slots__ = ("rid", "prompt", "n_out", "prefilled", "out", "reserved", "sink", "aborted")
 
     def __init__(self, rid, prompt, n_out, sink=None):
         self.rid = rid
@@ -207,16 +210,19 @@ class Req:
         self.out = 0
         self.reserved = self.prompt + self.n_out
         self.sink = sink
+        self.aborted = False
 
 
 class Forward:
-    __slots__ = ("kind", "chunks", "decoders", "duration")
+    __slots__ = ("kind", "chunks", "decoders", "duration", "report")
 
-    def __init__(self, kind, chunks, decoders, duration):
+    def __init__(self, kind, chunks, decoders, duration, report=(0, 0)):
         self.kind = kind            # "prefill" or "decode"
         self.chunks = chunks        # [(req, prompt tokens of this forward)]
         self.decoders = decoders    # requests that get a token at the end
         self.duration = duration
+        # (running, queued) as the scheduler reports this forward (see MetricsReporter)
+        self.report = report
 
 
 class Scheduler:
@@ -274,13 +280,18 @@ class Scheduler:
             chunks.append((req, take))
             budget -= take
         decoding = [r for r in self.running if r.prefilled >= r.prompt and r.out < r.n_out]
+        # what the scheduler reports of this forward: the decoding requests (SGLang's
+        # running_batch, without the requests this prefill admits) and the waiting queue
+        # after the admission (see MetricsReporter)
+        report = (len(decoding), len(self.waiting))
         if chunks:
             tokens = sum(t for _r, t in chunks)
             if model.mixed_chunk:
-                return Forward("prefill", chunks, decoding, model.prefill_s(tokens, len(decoding)))
-            return Forward("prefill", chunks, [], model.prefill_s(tokens))
+                return Forward("prefill", chunks, decoding,
+                               model.prefill_s(tokens, len(decoding)), report)
+            return Forward("prefill", chunks, [], model.prefill_s(tokens), report)
         if decoding:
-            return Forward("decode", [], decoding, model.decode_s(len(decoding)))
+            return Forward("decode", [], decoding, model.decode_s(len(decoding)), report)
         return None
 
     def apply(self, fwd):
@@ -288,10 +299,12 @@ class Scheduler:
         emitted = []
         for req, take in fwd.chunks:
             req.prefilled += take
-            if req.prefilled >= req.prompt and req.out < req.n_out:
+            if req.prefilled >= req.prompt and req.out < req.n_out and not req.aborted:
                 emitted.append((req, req.out))  # the prefill forward samples the first token
                 req.out += 1
         for req in fwd.decoders:
+            if req.aborted:
+                continue
             emitted.append((req, req.out))
             req.out += 1
         done = [r for r in self.running if r.prefilled >= r.prompt and r.out >= r.n_out]
@@ -301,11 +314,95 @@ class Scheduler:
         return emitted
 
 
+class MetricsReporter:
+    """When SGLang's scheduler sets its gauges ``sglang:num_running_reqs`` and
+    ``sglang:num_queue_reqs``: only when it reports, so that ``/metrics`` shows the last
+    report, not the live count (read in the released wheels, paths under ``sglang/srt/``).
+
+    * After each prefill batch (0.5.9 and 0.5.23: after its forward, 0.5.9
+      ``managers/scheduler_output_processor_mixin.py`` l.329-335, 0.5.23
+      ``managers/scheduler_components/batch_result_processor.py`` l.510; 0.4.6.post5 and
+      0.5.4.post3: when the batch is formed, before its forward, ``managers/scheduler.py``
+      l.1462-1463 and l.1846-1847): running = the requests that were decoding when the
+      batch was formed, *without* the ones it admits (0.5.23 ``managers/scheduler.py``
+      l.4363-4367 ``PrefillStats.from_adder(adder, running_batch.reqs)``, the new batch is
+      merged into ``running_batch`` at the next ``get_next_batch_to_run``; 0.5.9
+      ``managers/scheduler.py`` l.2175-2180 ``running_bs=len(self.running_batch.reqs)``),
+      queued = the waiting queue after the admission (0.5.23
+      ``managers/scheduler_components/metrics_reporter.py`` l.856-862; 0.5.9
+      ``managers/scheduler_metrics_mixin.py`` l.257-265).
+    * After a decode step, only every ``--decode-log-interval`` (default 40) steps of a
+      counter of decode steps that runs across batches (0.5.23 ``batch_result_processor.py``
+      l.1102-1109 and ``metrics_reporter.py`` l.934, l.1076-1081; 0.5.9
+      ``scheduler_output_processor_mixin.py`` l.532-535, ``scheduler_metrics_mixin.py``
+      l.418-428): running = that decode batch, queued = the waiting queue.
+    * Idle (no batch to run, ``on_idle``): 0.5.23 reports at once when its running gauge
+      differs from the (empty) running batch, else when its last report is over 30 s old
+      (``metrics_reporter.py`` l.1476-1525, gauge_stale; the queue gauge alone being stale
+      does not count); 0.5.9 and older only when the last report is over 30 s old
+      (0.5.9 ``managers/scheduler_runtime_checker_mixin.py`` l.253-290; 0.4.6.post5
+      ``managers/scheduler.py`` l.1269-1286). The time of the last report is set by each
+      report (0.5.9 ``metrics/collector.py`` l.1057; 0.5.23
+      ``observability/metrics_collector.py`` l.1767) and at start.
+
+    A request the HTTP server holds but the scheduler has not received (tokenizing, in the
+    tokenizer manager's ``rid_to_state``) is counted by neither gauge; the emulator has no
+    such phase. So a 0 read from ``/metrics`` can be stale: up to 40 decode steps while
+    requests admitted by the last prefill decode, and a non-zero value can stay up to 30 s
+    after the server went idle (0.5.9 and older).
+    """
+
+    def __init__(self, version=(0, 5, 23), decode_log_interval=40, now=None):
+        self.version = tuple(version)
+        self.decode_log_interval = max(int(decode_log_interval or 40), 1)
+        self.forward_ct_decode = 0
+        self.running = 0
+        self.queued = 0
+        self.last_log_time = time.monotonic() if now is None else now
+
+    def _report(self, report, now):
+        self.running, self.queued = report
+        self.last_log_time = now
+
+    def before_forward(self, fwd, now):
+        if fwd.kind == "prefill" and self.version < (0, 5, 9):
+            self._report(fwd.report, now)
+
+    def after_forward(self, fwd, now):
+        if fwd.kind == "prefill":
+            if self.version >= (0, 5, 9):
+                self._report(fwd.report, now)
+            return
+        self.forward_ct_decode = (self.forward_ct_decode + 1) % (1 << 30)
+        if self.forward_ct_decode % self.decode_log_interval == 0:
+            self._report(fwd.report, now)
+
+    def on_idle(self, running, queued, now):
+        stale = self.version >= (0, 5, 23) and self.running != running
+        if stale or now > self.last_log_time + IDLE_REPORT_S:
+            self._report((running, queued), now)
+
+    def idle_wait(self, now):
+        """Seconds the idle scheduler may sleep before its next idle report changes the
+        gauges (None: no report would change them)."""
+        if (self.running, self.queued) == (0, 0):
+            return None
+        return max(self.last_log_time + IDLE_REPORT_S - now, 0.0) + 0.01
+
+
+class Aborted(Exception):
+    """The request was dropped by the scheduler (``SGLANG_EMULATOR_SIGTERM_DROPS_RUNNING``)."""
+
+
+_ABORT = object()  # what a dropped request's sink receives
+
+
 class Engine:
     """The HTTP server's generator: the scheduler in real time on its own thread."""
 
-    def __init__(self, single, ceiling, ttft_s, model=None):
+    def __init__(self, single, ceiling, ttft_s, model=None, metrics=None):
         self.model = model or StepModel(single, ceiling, ttft_s)
+        self.metrics = metrics or MetricsReporter()
         self.single = self.model.single
         self.ceiling = self.model.ceiling
         self.ttft_s = self.model.ttft_s
@@ -317,17 +414,29 @@ class Engine:
         self.requests_total = 0
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
+        # sglang:realtime_tokens_total by mode, as 0.5.9 and later count it at each forward:
+        # a prefill batch's prompt tokens (log_prefill_stats), each decode step's batch size
+        # (log_decode_stats_every_iteration; 0.5.9 managers/scheduler_metrics_mixin.py
+        # l.244-248 and l.476-483, metrics/collector.py l.778-785 and l.938-952)
+        self.realtime_tokens = {}
         self._recent = collections.deque()  # monotonic times of the tokens of the window
 
     @property
     def active(self):
-        """Requests admitted to the running batch (``sglang:num_running_reqs``)."""
+        """Requests admitted to the running batch now (``/metrics`` shows
+        :meth:`reported`)."""
         return len(self._sched.running)
 
     @property
     def queued(self):
-        """Requests waiting for admission (``sglang:num_queue_reqs``)."""
+        """Requests waiting for admission now."""
         return len(self._sched.waiting)
+
+    def reported(self):
+        """``(running, queued)`` as the scheduler last reported them: the values of
+        ``sglang:num_running_reqs`` and ``sglang:num_queue_reqs`` (see MetricsReporter)."""
+        with self._lock:
+            return self.metrics.running, self.metrics.queued
 
     @property
     def in_flight(self):
@@ -362,9 +471,12 @@ class Engine:
             with self._lock:
                 fwd = self._sched.plan()
                 while fwd is None:
-                    self._lock.wait()
+                    self.metrics.on_idle(len(self._sched.running), len(self._sched.waiting),
+                                         time.monotonic())
+                    self._lock.wait(self.metrics.idle_wait(time.monotonic()))
                     deadline = None
                     fwd = self._sched.plan()
+                self.metrics.before_forward(fwd, time.monotonic())
             now = time.monotonic()
             # back to back forwards keep an absolute schedule; after idle time start now
             start = deadline if deadline is not None and deadline > now - 0.05 else now
@@ -373,6 +485,8 @@ class Engine:
             with self._lock:
                 emitted = self._sched.apply(fwd)
                 stamp = time.monotonic()
+                self.metrics.after_forward(fwd, stamp)
+                self._count_realtime(fwd)
                 for _req, _index in emitted:
                     self.generation_tokens_total += 1
                     self._recent.append(stamp)
@@ -380,6 +494,14 @@ class Engine:
                 self.peak_active = max(self.peak_active, len(self._sched.running))
             for req, index in emitted:
                 req.sink.put(index)
+
+    def _count_realtime(self, fwd):
+        """``realtime_tokens`` after one forward: its prompt tokens (prefill_compute) and
+        its decoding requests (decode, one token each)."""
+        for mode, delta in (("prefill_compute", sum(take for _req, take in fwd.chunks)),
+                            ("decode", len(fwd.decoders) if fwd.kind == "decode" else 0)):
+            if delta:
+                self.realtime_tokens[mode] = self.realtime_tokens.get(mode, 0) + delta
 
     def generate(self, n_tokens, n_prompt=0):
         """Yield token indices 0..n_tokens-1, each when the scheduler produced it."""
@@ -398,7 +520,26 @@ class Engine:
             self._start()
             self._lock.notify_all()
         for _n in range(n_tokens):
-            yield sink.get()
+            index = sink.get()
+            if index is _ABORT:
+                raise Aborted("request %d dropped after %d of %d tokens" % (req.rid, _n, n_tokens))
+            yield index
+
+    def abort_all(self):
+        """Drop every running and queued request at once (the test-only SIGTERM fault
+        ``SGLANG_EMULATOR_SIGTERM_DROPS_RUNNING``): each one's :meth:`generate` raises
+        :class:`Aborted`. Returns ``(running, queued)`` dropped."""
+        with self._lock:
+            running, waiting = list(self._sched.running), list(self._sched.waiting)
+            for req in running + waiting:
+                req.aborted = True
+            self._sched.running = []
+            self._sched.waiting.clear()
+            self._sched.kv_used = 0
+            self._lock.notify_all()
+        for req in running + waiting:
+            req.sink.put(_ABORT)
+        return len(running), len(waiting)
 
 
 def percentile(values, q):

@@ -10,8 +10,9 @@ import time
 import traceback
 
 from sglang._emulator import cli, layout as _layout, memory as _memory, rendezvous
+from sglang._emulator import pd as _pd
 from sglang._emulator import server_args as _server_args
-from sglang._emulator.engine import Engine, StepModel
+from sglang._emulator.engine import Engine, MetricsReporter, StepModel
 from sglang._emulator.release import current_release, version_tuple
 from sglang._emulator.state import append_record, log, redacted_argv
 
@@ -47,6 +48,9 @@ def _install_signals():
         state = _SERVING.get("state")
         if signum == signal.SIGTERM and state is not None:
             from sglang._emulator import server as _server
+            if os.environ.get("SGLANG_EMULATOR_SIGTERM_DROPS_RUNNING", "") not in ("", "0"):
+                _server.drop_running(state, _exit_now)  # a test-only fault, not a release's
+                return
             _server.graceful_exit(state, _exit_now,
                                   _env_float("SGLANG_EMULATOR_SIGTERM_POLL_SECONDS", 5))
             return
@@ -218,7 +222,8 @@ def main(argv):
     refused_args = _server_args.refusal(release, args)
     if refused_args is not None:
         # prepare_server_args / check_server_args assert before anything starts
-        log("Traceback (most recent call last):\nAssertionError: %s" % refused_args)
+        log("Traceback (most recent call last):\n%s: %s"
+            % (type(refused_args).__name__, refused_args))
         return 1
     lay, warnings = _layout.resolve(release, args)
     lay["gpus_per_node"] = _layout.machine_gpus()
@@ -281,6 +286,10 @@ def main(argv):
             log("ERROR: multi-node init failed: %s" % exc, prefix)
             return 1
 
+    # PD (--disaggregation-mode): the transfer engine's init, the prefill's bootstrap server
+    pd_failure = _pd.before_load(release, args, lay, mem, prefix)
+    if pd_failure is not None:
+        return _die_in_scheduler(pd_failure, prefix)
     missing = missing_shards(args.get("model_path"))
     if missing:
         return _die_in_scheduler(OSError(
@@ -318,8 +327,12 @@ def _serve(release, args, lay, rates, argv, fault, mem=None):
 
     model = StepModel.from_server(release, args, lay, mem, rates,
                                   _env_float("SGLANG_EMULATOR_TTFT_MS", 50) / 1000.0)
-    engine = Engine(rates[0], rates[1], model.ttft_s, model=model)
+    engine = Engine(rates[0], rates[1], model.ttft_s, model=model,
+                    metrics=MetricsReporter(version_tuple(release),
+                                            args.get("decode_log_interval") or 40))
+    engine = _pd.wrap_engine(args, engine)  # a PD server's prefill or decode engine
     state = _server.State(release, args, lay, engine, rates, list(argv), mem)
+    _pd.attach(state)
     host = args.get("host") or "127.0.0.1"
     port = int(args.get("port") or 30000)
     try:

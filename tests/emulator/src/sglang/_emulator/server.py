@@ -6,15 +6,18 @@ import socket
 import threading
 import time
 import uuid
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
 from sglang._emulator import engine as _engine
+from sglang._emulator import pd as _pd
 from sglang._emulator.release import version_tuple
 from sglang._emulator.state import log, redacted_argv
 
 DEFAULT_MAX_NEW_TOKENS = 128
 ADMIN_OPTIONAL = frozenset(["/flush_cache"])
+GENERATION_ROUTES = frozenset(["/generate", "/v1/completions", "/v1/chat/completions"])
 SECRET_KEYS = ("api_key", "admin_api_key")
 
 
@@ -39,7 +42,12 @@ class State:
         self.model_config = _read_model_config(self.model_path)
         self.routes = self._routes()
         self.gracefully_exit = False  # set by SIGTERM (see graceful_exit)
+        # generation requests the HTTP server holds, from arrival to the end of the answer:
+        # what the tokenizer manager's rid_to_state counts for the SIGTERM watchdog
+        self._held = 0
+        self._held_lock = threading.Lock()
         self.latency = Latency()  # TTFT / inter-token histograms and tokens in flight
+        self.pd = None  # pd.PDService of a --disaggregation-mode prefill|decode server
 
     def _routes(self):
         get = {"/health", "/health_generate", "/get_model_info", "/get_server_info",
@@ -56,6 +64,16 @@ class State:
     @property
     def up(self):
         return self.status == "Up"
+
+    @property
+    def held(self):
+        """Generation requests the HTTP server holds now (see ``graceful_exit``)."""
+        with self._held_lock:
+            return self._held
+
+    def hold(self, n):
+        with self._held_lock:
+            self._held += n
 
     def context_length(self):
         if self.args.get("context_length"):
@@ -126,6 +144,7 @@ class State:
             "emulator_rates": {"single": self.rates[0], "ceiling": self.rates[1],
                                "source": self.rates[2]},
             "emulator_engine": self.engine.model.describe(),
+            "emulator_pd": self.pd.describe() if self.pd is not None else None,
         })
         return info
 
@@ -141,7 +160,9 @@ class State:
         """
         labels = {"model_name": self.served_model_name}
         if scheduler:
-            labels["engine_type"] = "unified"
+            # DisaggregationMode.to_engine_type: prefill / decode / unified
+            labels["engine_type"] = {"prefill": "prefill", "decode": "decode"}.get(
+                self.args.get("disaggregation_mode"), "unified")
             if self.version >= (0, 5):
                 labels.update({"tp_rank": "0", "pp_rank": "0"})
             if self.version >= (0, 5, 9):
@@ -155,7 +176,8 @@ class State:
         ``SchedulerMetricsCollector`` l.306-359, ``TokenizerMetricsCollector`` l.1104-1177).
         ``num_running_reqs`` is the requests admitted to the running batch,
         ``num_queue_reqs`` those waiting for admission (``--max-running-requests`` or the KV
-        pool full, see ``engine.Scheduler``); ``gen_throughput`` is the tokens of the last
+        pool full, see ``engine.Scheduler``), both as the scheduler last reported them, not
+        live (``engine.MetricsReporter``); ``gen_throughput`` is the tokens of the last
         5 s per second; ``token_usage`` is the KV tokens the requests in flight hold (prompt
         and generated so far) over ``max_total_num_tokens``. The tokenizer's histograms
         ``time_to_first_token_seconds`` and ``inter_token_latency_seconds`` (before 0.5:
@@ -163,13 +185,14 @@ class State:
         """
         e = self.engine
         gen_throughput = e.gen_throughput()
+        running, queued = e.reported()  # the scheduler's last report (engine.MetricsReporter)
         series = [
             ("sglang:num_running_reqs", "gauge", "The number of running requests.", True,
-             e.active),
+             running),
             ("sglang:gen_throughput", "gauge", "The generation throughput (token/s).", True,
              gen_throughput),
             ("sglang:num_queue_reqs", "gauge", "The number of requests in the waiting queue.",
-             True, e.queued),
+             True, queued),
             ("sglang:prompt_tokens_total", "counter", "Number of prefill tokens processed.",
              False, e.prompt_tokens_total),
             ("sglang:generation_tokens_total", "counter",
@@ -184,6 +207,16 @@ class State:
             lines.append("# HELP %s %s" % (name, help_text))
             lines.append("# TYPE %s %s" % (name, kind))
             lines.append("%s{%s} %s" % (name, _labels(labels), _float(value)))
+        if self.version >= (0, 5, 9):
+            # a labelled counter: no sample of a mode before its first forward
+            # (0.5.9 metrics/collector.py l.778-785, .labels(...).inc at l.952)
+            name = "sglang:realtime_tokens_total"
+            lines.append("# HELP %s Total number of tokens processed (updated on each log "
+                         "interval). mode: prefill_compute, prefill_cache, decode." % name)
+            lines.append("# TYPE %s counter" % name)
+            for mode, value in sorted(getattr(e, "realtime_tokens", {}).items()):
+                labels = dict(self.metric_labels(True), mode=mode)
+                lines.append("%s{%s} %s" % (name, _labels(labels), _float(value)))
         itl = (("sglang:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.")
                if self.version >= (0, 5) else
                ("sglang:time_per_output_token_seconds",
@@ -200,6 +233,8 @@ class State:
                 lines.append("%s_bucket{%s} %s" % (name, _labels(dict(labels, le=le)), _float(n)))
             lines.append("%s_count{%s} %s" % (name, _labels(labels), _float(count)))
             lines.append("%s_sum{%s} %s" % (name, _labels(labels), _float(total)))
+        if self.pd is not None:  # the release's PD series (pd.metric_specs)
+            lines.extend(self.pd.metric_lines(self.metric_labels(True), _labels, _float))
         return "\n".join(lines) + "\n"
 
     def token_usage(self):
@@ -208,8 +243,12 @@ class State:
                 else self.context_length() * 4)
         return min(1.0, self.latency.tokens_in_flight / float(max(pool, 1)))
 
-    def generate(self, n_tokens, n_prompt=0):
-        """The engine's tokens, timed into the latency histograms."""
+    def generate(self, n_tokens, n_prompt=0, body=None, index=0):
+        """The engine's tokens, timed into the latency histograms. On a PD server the
+        request's bootstrap fields (``body``; item ``index`` of a batch) lead it through
+        the KV transfer (``pd.PDService.generate``, which raises ``pd.Abort``)."""
+        if self.pd is not None:
+            return self.latency.observe(self.pd.generate(n_tokens, n_prompt, body, index), n_prompt)
         return self.latency.observe(self.engine.generate(n_tokens, n_prompt), n_prompt)
 
 
@@ -382,6 +421,7 @@ class Handler(BaseHTTPRequestHandler):
         return data
 
     def _stream_start(self):
+        self._streaming = True  # pylint: disable=attribute-defined-outside-init
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
@@ -415,6 +455,7 @@ class Handler(BaseHTTPRequestHandler):
     def _dispatch(self):
         path = urlsplit(self.path).path
         st = self.state
+        self._streaming = False  # pylint: disable=attribute-defined-outside-init
         allowed = any(path in paths for paths in st.routes.values())
         if st.version >= (0, 5, 23) and path.startswith("/v1/models/"):
             allowed = True
@@ -425,16 +466,61 @@ class Handler(BaseHTTPRequestHandler):
         if path not in st.routes.get(self.command, ()) and not (
                 self.command in ("GET", "HEAD") and path.startswith("/v1/models/")):
             return self._json(405, {"detail": "Method Not Allowed"})
+        generation = self.command in ("POST", "PUT") and path in GENERATION_ROUTES
+        if generation:
+            st.hold(1)
         try:
             return self._route(path)
+        except _engine.Aborted:
+            # dropped by SIGTERM (SGLANG_EMULATOR_SIGTERM_DROPS_RUNNING): the answer ends
+            # here, a stream without its last chunk, a plain request without any answer
+            self.close_connection = True
+            return None
         except BadRequest as exc:
             return self._json(400, {"object": "error", "message": str(exc),
                                     "type": "BadRequest", "param": None, "code": 400})
+        except _pd.Abort as exc:
+            return self._pd_abort(exc, path)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
             return None
+        finally:
+            if generation:
+                st.hold(-1)
 
     do_GET = do_POST = do_PUT = do_HEAD = _dispatch
+
+    def _pd_abort(self, exc, path):
+        """A request a PD server aborted (``prepare_abort(req, message, status_code)``),
+        answered as 0.5.23 answers it: ``/generate`` 400 ``{"error": {"message"}}``
+        (``http_server.py`` ``_create_error_response``), 500 ``{"detail"}`` (the tokenizer
+        manager's ``HTTPException``), a stream's last event the output with
+        ``finish_reason`` ``{"type": "abort", ...}``; OpenAI routes the ``ErrorResponse``
+        (``openai/serving_base.py`` l.119-129), a stream's ``{"error": ...}`` chunk
+        (``serving_completions.py`` l.362-371). Then ``[DONE]``."""
+        status, message = exc.status, exc.message
+        openai = path != "/generate"
+        if getattr(self, "_streaming", False):
+            if openai:
+                self._event({"error": {"object": "error", "message": message,
+                                       "type": HTTPStatus(status).name, "param": None,
+                                       "code": status}})
+            else:
+                self._event({"text": "", "output_ids": [], "meta_info": {
+                    "id": uuid.uuid4().hex,
+                    "finish_reason": {"type": "abort", "message": message,
+                                      "status_code": status, "err_type": None},
+                    "prompt_tokens": getattr(exc, "prompt_tokens", 0), "completion_tokens": 0,
+                    "cached_tokens": 0}})
+            self._stream_end()
+            return None
+        if openai:
+            return self._json(status, {"object": "error", "message": message,
+                                       "type": "BadRequest" if status == 400 else str(status),
+                                       "param": None, "code": status})
+        if status == 400:
+            return self._json(400, {"error": {"message": message}})
+        return self._json(status, {"detail": message})
 
     # ---- routes ----
     def _route(self, path):
@@ -446,7 +532,10 @@ class Handler(BaseHTTPRequestHandler):
                 return self._send(200)  # 0.4.6.post5: unconditional
             return self._send(200 if st.up else 503)
         if path in ("/ready", "/ping"):
-            return self._send(200 if st.up else 503)
+            # 0.5.23 is_ready()/is_healthy() are false from SIGTERM on
+            # (srt/managers/tokenizer_manager.py l.728-734; entrypoints/http_server.py
+            # l.714-718 /ready, l.2190-2199 /ping)
+            return self._send(200 if st.up and not st.gracefully_exit else 503)
         if path in ("/model_info", "/get_model_info"):
             return self._json(200, st.model_info())
         if path in ("/server_info", "/get_server_info"):
@@ -511,7 +600,7 @@ class Handler(BaseHTTPRequestHandler):
                 n_prompt = (len(prompt) if isinstance(prompt, list)
                             else _engine.prompt_tokens(prompt))
                 t0 = time.monotonic()
-                toks = list(st.generate(n_out, n_prompt))
+                toks = list(st.generate(n_out, n_prompt, body, idx))
                 results.append({
                     "text": "".join(_engine.token_text(i, seed) for i in toks),
                     "output_ids": [1000 + (i * 7 + seed) % len(_engine.WORDS) for i in toks],
@@ -524,7 +613,7 @@ class Handler(BaseHTTPRequestHandler):
         self._stream_start()
         parts = []
         t0 = time.monotonic()
-        for i in st.generate(n_out, n_prompt):
+        for i in st.generate(n_out, n_prompt, body):
             parts.append(_engine.token_text(i, seed))
             self._event({"text": "".join(parts),
                          "meta_info": self._meta(rid, n_prompt, i + 1, n_out,
@@ -566,7 +655,7 @@ class Handler(BaseHTTPRequestHandler):
                     "total_tokens": n_prompt + done, "prompt_tokens_details": None}
 
         if not body.get("stream"):
-            toks = list(st.generate(n_out, n_prompt))
+            toks = list(st.generate(n_out, n_prompt, body))
             text = "".join(_engine.token_text(i) for i in toks)
             choice = {"index": 0, "logprobs": None, "finish_reason": "length",
                       "matched_stop": None}
@@ -588,7 +677,7 @@ class Handler(BaseHTTPRequestHandler):
                                       "logprobs": None, "finish_reason": None}],
                          "usage": None})
         done = 0
-        for i in st.generate(n_out, n_prompt):
+        for i in st.generate(n_out, n_prompt, body):
             done = i + 1
             last = done >= n_out
             choice = {"index": 0, "logprobs": None,
@@ -626,8 +715,15 @@ def graceful_exit(state, exit_now, poll_seconds):
     (``srt/utils/common.py`` l.1129-1153: children SIGKILLed, then itself). New requests
     are still accepted meanwhile (nothing checks the flag on the request path); ``/health``
     answers 503 from the signal on (``srt/entrypoints/http_server.py`` l.474; 0.5.23
-    l.731). The emulator ends with status 0 instead of SIGKILLing itself, so that systemd
-    does not record the stop as a failure (a deliberate difference).
+    l.731), and from 0.5.23 ``/ready`` and ``/ping`` too (see ``Handler._route``). The
+    requests it waits for are the tokenizer manager's ``rid_to_state``: every request the
+    HTTP server holds, from its arrival (0.5.23 ``_init_req_state``, l.926; 0.5.9 once
+    tokenized, ``_send_one_request`` l.1071) until its last output reached the tokenizer
+    manager (l.2774) -- not only the scheduler's running and queued requests. The emulator
+    counts :attr:`State.held` (until the answer is written). It ends with status 0 instead
+    of SIGKILLing itself, so that systemd does not record the stop as a failure (a
+    deliberate difference); 0.5.23 sends its schedulers a ``ShutdownReq`` and waits up to
+    15 s for them first (l.3546-3559).
     """
     if state.gracefully_exit:
         return
@@ -640,7 +736,7 @@ def graceful_exit(state, exit_now, poll_seconds):
             if os.environ.get("SGL_FORCE_SHUTDOWN", "").lower() in ("1", "true", "yes"):
                 log("Signal SIGTERM received while force shutdown flag set. Force exiting.")
                 break
-            remaining = state.engine.in_flight
+            remaining = max(state.held, state.engine.in_flight)
             log("Gracefully exiting... Remaining number of requests %d." % remaining)
             if remaining <= 0:
                 break
@@ -648,6 +744,22 @@ def graceful_exit(state, exit_now, poll_seconds):
         exit_now(0)
 
     threading.Thread(target=watchdog, daemon=True).start()
+
+
+def drop_running(state, exit_now):
+    """SIGTERM with ``SGLANG_EMULATOR_SIGTERM_DROPS_RUNNING=1``: a TEST-ONLY fault, not
+    what any release does (see :func:`graceful_exit`). Every running and queued request is
+    dropped at once (a stream ends without its last chunk, a plain request gets no answer)
+    and the process exits 0, so that a test can tell whether a drain left the server idle
+    before its stop: with the drain nothing is lost, without it the requests in flight
+    are."""
+    state.gracefully_exit = True
+    running, queued = state.engine.abort_all()
+    log("SIGTERM received. signum=15. SGLANG_EMULATOR_SIGTERM_DROPS_RUNNING is set (a "
+        "test-only fault): dropping %d running and %d queued request(s) (%d held by the "
+        "HTTP server) and exiting now." % (running, queued, state.held))
+    time.sleep(0.05)  # let the handlers close their connections
+    exit_now(0)
 
 
 def make_server(state, host, port):

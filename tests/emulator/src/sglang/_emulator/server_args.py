@@ -18,6 +18,7 @@ import json
 import os
 
 from sglang._emulator import _vendor
+from sglang._emulator import pd as _pd
 from sglang._emulator.release import version_tuple
 
 
@@ -248,6 +249,9 @@ def derive(release, asked, gpu_mem, cc, model):
         # 0.5.9 srt/server_args.py:2271-2276; 0.5.23 srt/arg_groups/overrides.py:1622-1627
         d["disable_overlap_schedule"] = True
         warnings.append("Pipeline parallelism is incompatible with overlap schedule.")
+    # --disaggregation-mode prefill|decode: the release's PD resolution (pd.resolve; it
+    # raises what the release raises, e.g. for --disaggregation-ib-device without RDMA)
+    _pd.resolve(release, d, warnings)
     return d, warnings
 
 
@@ -281,6 +285,6 @@ def refusal(release, args):
     try:
         derived, _warnings = derive(release, args, None, None, model_facts(args.get("model_path") or ""))
         check(release, derived)
-    except ServerArgsCheckError as exc:
-        return exc
+    except (ServerArgsCheckError, ValueError, RuntimeError) as exc:
+        return exc  # the PD resolution raises ValueError / RuntimeError (pd.resolve)
     return None
