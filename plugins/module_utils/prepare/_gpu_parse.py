@@ -409,6 +409,20 @@ def parse_list(text):
 _LINK_PCIE = ("PIX", "PXB", "PHB", "NODE", "SYS", "SOC")
 
 
+def _topology_header(lines):
+    """``(index, tokens)`` of the header line of ``nvidia-smi topo -m``: the first line that
+    starts with ``GPUn`` and is no matrix row (a row is "GPUn <cell> ...", the header
+    "GPU0 [GPU1 ... NIC0 ...] CPU Affinity ...")."""
+    for pos, line in enumerate(lines):
+        tokens = line.split()
+        if not tokens or not re.match(r"^GPU\d+$", tokens[0]):
+            continue
+        if len(tokens) == 1 or not (tokens[1].upper() == "X" or re.match(
+                r"^(NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)$", tokens[1].upper())):
+            return pos, tokens
+    raise ParseError("no GPU header row in topo -m output")
+
+
 def parse_topology(text):
     """Parse ``nvidia-smi topo -m``.
 
@@ -417,20 +431,8 @@ def parse_topology(text):
     is ``NV#``), ``'pcie'`` (no pair is ``NV#``) or ``'mixed'``.
     """
     lines = [strip_ansi(line) for line in (text or "").splitlines()]
-    header = None
-    for pos, line in enumerate(lines):
-        tokens = line.split()
-        if not tokens or not re.match(r"^GPU\d+$", tokens[0]):
-            continue
-        # a matrix row is "GPUn <cell> ..."; the header is "GPU0 GPU1 ... CPU Affinity ..."
-        if len(tokens) > 1 and (tokens[1].upper() == "X" or re.match(r"^(NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)$",
-                                                                     tokens[1].upper())):
-            continue
-        header = (pos, [int(t[3:]) for t in tokens if re.match(r"^GPU\d+$", t)])
-        break
-    if header is None:
-        raise ParseError("no GPU header row in topo -m output")
-    pos, order = header
+    pos, tokens = _topology_header(lines)
+    order = [int(t[3:]) for t in tokens if re.match(r"^GPU\d+$", t)]
     size = len(order)
     rows = {}
     for line in lines[pos + 1:]:
@@ -475,19 +477,8 @@ def parse_topology_nics(text):
     ``check/_pd.ib_device_value``'s to decide.
     """
     lines = [strip_ansi(line) for line in (text or "").splitlines()]
-    header = None
-    for pos, line in enumerate(lines):
-        tokens = line.split()
-        if not tokens or not re.match(r"^GPU\d+$", tokens[0]):
-            continue
-        # the header is "GPU0 [GPU1 ... NIC0 ...] CPU Affinity ...", a row "GPU0 X <cell> ..."
-        if len(tokens) == 1 or not (tokens[1].upper() == "X" or re.match(
-                r"^(NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)$", tokens[1].upper())):
-            header = (pos, [t for t in tokens if re.match(r"^(GPU|NIC)\d+$", t)])
-            break
-    if header is None:
-        raise ParseError("no GPU header row in topo -m output")
-    pos, columns = header
+    pos, tokens = _topology_header(lines)
+    columns = [t for t in tokens if re.match(r"^(GPU|NIC)\d+$", t)]
     gpus = [int(c[3:]) for c in columns if c.startswith("GPU")]
     legend = {}
     for line in lines:

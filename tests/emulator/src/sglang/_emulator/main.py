@@ -14,20 +14,13 @@ from sglang._emulator import pd as _pd
 from sglang._emulator import server_args as _server_args
 from sglang._emulator.engine import Engine, MetricsReporter, StepModel
 from sglang._emulator.release import current_release, version_tuple
-from sglang._emulator.state import append_record, log, redacted_argv
+from sglang._emulator.state import append_record, env_number, log, redacted_argv
 
 FAULTS = ("crash-during-load", "hang-during-load", "hang-during-capture", "hang-after-listen",
           "crash-on-start")
 
 
 OutOfMemoryError = _memory.OutOfMemoryError  # shown as torch.OutOfMemoryError
-
-
-def _env_float(name, default):
-    try:
-        return float(os.environ.get(name, default))
-    except ValueError:
-        return float(default)
 
 
 def _exit_now(code):
@@ -52,7 +45,7 @@ def _install_signals():
                 _server.drop_running(state, _exit_now)  # a test-only fault, not a release's
                 return
             _server.graceful_exit(state, _exit_now,
-                                  _env_float("SGLANG_EMULATOR_SIGTERM_POLL_SECONDS", 5))
+                                  env_number("SGLANG_EMULATOR_SIGTERM_POLL_SECONDS", 5))
             return
         name = "sigterm" if signum == signal.SIGTERM else "sigint"
         log("Received %s, shutting down the SGLang emulator (pid %d)." % (name, os.getpid()))
@@ -179,7 +172,7 @@ def _capture_graphs(release, fault, prefix, avail):
         log("CUDA graph capture is stuck (sglang emulator fault hang-during-capture).", prefix)
         while True:
             time.sleep(3600)
-    seconds = max(_env_float("SGLANG_EMULATOR_CAPTURE_SECONDS", 1), 0.0)
+    seconds = max(env_number("SGLANG_EMULATOR_CAPTURE_SECONDS", 1), 0.0)
     time.sleep(seconds)
     log(_capture_line(release, "end", avail, seconds), prefix)
 
@@ -295,7 +288,7 @@ def main(argv):
         return _die_in_scheduler(OSError(
             "%s does not appear to have a file named %s which is required according to the "
             "checkpoint index." % (args.get("model_path"), missing[0])), prefix)
-    rc = _load_weights(_env_float("SGLANG_EMULATOR_LOAD_SECONDS", 3), fault, prefix,
+    rc = _load_weights(env_number("SGLANG_EMULATOR_LOAD_SECONDS", 3), fault, prefix,
                        release, args, mem)
     if rc:
         return rc
@@ -326,7 +319,7 @@ def _serve(release, args, lay, rates, argv, fault, mem=None):
     from sglang._emulator import server as _server
 
     model = StepModel.from_server(release, args, lay, mem, rates,
-                                  _env_float("SGLANG_EMULATOR_TTFT_MS", 50) / 1000.0)
+                                  env_number("SGLANG_EMULATOR_TTFT_MS", 50) / 1000.0)
     engine = Engine(rates[0], rates[1], model.ttft_s, model=model,
                     metrics=MetricsReporter(version_tuple(release),
                                             args.get("decode_log_interval") or 40))
@@ -350,7 +343,7 @@ def _serve(release, args, lay, rates, argv, fault, mem=None):
                      "INFO:     Uvicorn running on http://%s:%d (Press CTRL+C to quit)\n"
                      % (os.getpid(), host if ":" not in host else "[%s]" % host, port))
     sys.stderr.flush()
-    warmup = _env_float("SGLANG_EMULATOR_WARMUP_SECONDS", 2)
+    warmup = env_number("SGLANG_EMULATOR_WARMUP_SECONDS", 2)
     log("Start of warmup (sglang emulator: %.2fs)." % warmup)
     time.sleep(max(warmup, 0.0))
     if fault == "hang-after-listen":

@@ -97,7 +97,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from sglang._emulator import engine as _engine
 from sglang._emulator.release import version_tuple
-from sglang._emulator.state import log
+from sglang._emulator.state import env_number, log
 
 # Real KV bytes per byte the emulated servers send each other (see the module docstring).
 KV_TRANSFER_SCALE = 100.0
@@ -166,35 +166,18 @@ class KVTransferError(Exception):
 
 # ------------------------------------------------------------------ settings
 
-def _env_int(name, default):
-    """``EnvInt``: the value as an int, the default when unset or not an int."""
-    raw = os.environ.get(name, "")
-    try:
-        return int(raw) if raw.strip() else default
-    except ValueError:
-        return default
-
-
-def _env_float(name, default):
-    raw = os.environ.get(name, "")
-    try:
-        return float(raw) if raw.strip() else default
-    except ValueError:
-        return default
-
-
 def kv_scale():
     """Real KV bytes per byte sent (:data:`KV_TRANSFER_SCALE`, env overrides it)."""
-    scale = _env_float(KV_TRANSFER_SCALE_ENV, KV_TRANSFER_SCALE)
+    scale = env_number(KV_TRANSFER_SCALE_ENV, KV_TRANSFER_SCALE)
     return scale if scale > 0 else KV_TRANSFER_SCALE
 
 
 def bootstrap_timeout():
-    return _env_int("SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT", 300)
+    return env_number("SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT", 300, int)
 
 
 def waiting_timeout():
-    return _env_int("SGLANG_DISAGGREGATION_WAITING_TIMEOUT", 300)
+    return env_number("SGLANG_DISAGGREGATION_WAITING_TIMEOUT", 300, int)
 
 
 def mode_of(args):
@@ -1097,8 +1080,8 @@ class PDService:
 
     def _heartbeat_loop(self):
         """``_start_heartbeat_checker_thread`` (common/conn.py l.1998-2055)."""
-        interval = max(_env_float("SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL", 5.0), 2.0)
-        max_failures = max(_env_int("SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE", 2), 1)
+        interval = max(env_number("SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL", 5.0), 2.0)
+        max_failures = max(env_number("SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE", 2, int), 1)
         while True:
             time.sleep(interval)
             with self.lock:

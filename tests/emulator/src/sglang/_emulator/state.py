@@ -11,6 +11,16 @@ DEFAULT_STATE_DIR = "/var/lib/sglang-emulator"
 _log_lock = threading.Lock()
 
 
+def env_number(name, default, kind=float):
+    """The environment variable ``name`` as ``kind`` (float or int); ``kind(default)`` when
+    it is unset, blank or not a number (the emulator's settings, the release's ``EnvInt``)."""
+    raw = os.environ.get(name, "")
+    try:
+        return kind(raw) if raw.strip() else kind(default)
+    except ValueError:
+        return kind(default)
+
+
 def log(msg, prefix=None):
     """One sglang-style log line on stderr: ``[2026-01-02 03:04:05 TP0] msg``."""
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
