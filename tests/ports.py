@@ -6,7 +6,7 @@ that import path work)."""
 import random
 import socket
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils.rollout._health import listening
+from ansible_collections.gpufleet.sglang.plugins.module_utils.common._net import listening
 
 # where the kernel takes the source ports of outgoing connections, when it cannot be read
 EPHEMERAL_DEFAULT = (32768, 60999)
@@ -64,7 +64,7 @@ def free_port(addresses=("127.0.0.1",), tries=200, ephemeral=None):
 
 def port_open(address, port, timeout=0.2):
     """Whether something listens on ``address:port``: the collection's own probe
-    (``_health.listening``), which takes no connection to itself for a listener."""
+    (``common/_net.listening``), which takes no connection to itself for a listener."""
     return listening(address, port, timeout)
 
 

@@ -76,6 +76,20 @@ options:
     description: Fail the task when RV(ok) is false (by default the caller decides).
     type: bool
     default: false
+  transport:
+    description:
+      - Also gather what a prefill/decode (PD) layout's KV transfer finds on the host, returned
+        as RV(transport) (the facts the transfer backend is chosen from).
+      - The RDMA devices with an active port (C(/sys/class/infiniband/<dev>/ports/<n>/state) and
+        C(link_layer), InfiniBand or RoCE), whether C(nvidia_peermem) is loaded
+        (C(/sys/module/nvidia_peermem)), the GPU-to-NIC links of C(nvidia-smi topo -m), and,
+        with O(python), whether a KV transfer engine imports in the venv (C(mooncake.engine),
+        C(nixl._api)) with the versions of its packages.
+      - With O(python), the check C(transfer_engine) fails when no engine imports, or when an
+        engine's build differs from torch's CUDA major (for example
+        C(mooncake-transfer-engine-cuda13) beside a CUDA 12 torch).
+    type: bool
+    default: false
 notes:
   - Facts and rules are cited from the collection's prerequisite reference (CUDA driver
     minimums, FlashInfer's SM12x CUDA gate, SM120 kernel support, DeepEP's NVLink need).
@@ -96,6 +110,12 @@ EXAMPLES = r"""
 - name: Show the verdict
   ansible.builtin.debug:
     var: doctor.table
+
+- name: The facts a prefill/decode layout's transfer backend is chosen from
+  gpufleet.sglang.gpu_prereqs:
+    python: /opt/sglang/venv/bin/python
+    transport: true
+  register: pd_facts
 """
 
 RETURN = r"""
@@ -175,6 +195,21 @@ commands:
   returned: always
   type: list
   elements: dict
+transport:
+  description:
+    - What a PD layout's KV transfer finds on the host. C(ib_devices) (each C(name), C(state),
+      C(ports) with C(port), C(state), C(link_layer), C(rdma) (C(InfiniBand) or C(RoCE)),
+      C(link_layers)), C(peermem) (C(nvidia_peermem) loaded), C(topology) (C(gpus), C(nics)
+      with each NIC's link to each GPU; null with C(topology_detail) when not read),
+      C(engines) (per engine family C(module), C(imports), C(error), C(packages); null without
+      O(python)), C(ib_root), C(peermem_path), C(python).
+  returned: when O(transport) is true
+  type: dict
+  sample: {ib_devices: [{name: mlx5_0, state: ACTIVE, link_layers: [InfiniBand],
+            ports: [{port: 1, state: ACTIVE, link_layer: InfiniBand, rdma: InfiniBand}]}],
+           peermem: true, topology: {gpus: [0], nics: {mlx5_0: {"0": PIX}}},
+           engines: {mooncake: {module: mooncake.engine, imports: true, error: null,
+                                packages: {mooncake-transfer-engine: 0.3.13.post1}}}}
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -195,6 +230,7 @@ def main():
             compile_test=dict(type="bool", default=True),
             cache_dir=dict(type="path", default=_paths.CACHE_DIR),
             fail_on_error=dict(type="bool", default=False),
+            transport=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
@@ -202,7 +238,8 @@ def main():
     result = doctor(module, python=params["python"], cuda_home=params["cuda_home"],
                     nvidia_smi=params["nvidia_smi"], strategy=params["strategy"],
                     extra_args=params["extra_args"], waive=params["waive"],
-                    compile_test=params["compile_test"], cache_dir=params["cache_dir"])
+                    compile_test=params["compile_test"], cache_dir=params["cache_dir"],
+                    transport=params["transport"])
     result["changed"] = False
     if params["fail_on_error"] and not result["ok"]:
         module.fail_json(msg="prerequisite check failed: %s" % ", ".join(result["failed_checks"]), **result)

@@ -45,6 +45,14 @@ description:
     check mode it only reports (RV(unlisted), RV(added), RV(not_ready)).
   - The router does not keep workers across its own restart; the router role's
     C(--worker-urls) does.
+  - With O(payloads) (a router in PD mode), O(state=present), O(state=converged) and
+    O(state=restored) add each worker with its role (C(POST /workers) with its body), refuse
+    (before any change) a URL of O(urls) that has no body, and first put right each worker
+    the router lists with another role or bootstrap port than its body says (a worker added
+    with its URL alone is a C(regular) one, to which a PD router routes nothing) with
+    C(PUT /workers/{id}) and its body, which smg (from 1.4.0) takes as a new registration
+    under the same id; RV(repaired) names them. They then wait until each is listed with its
+    role.
 extends_documentation_fragment:
   - gpufleet.sglang._attributes
 attributes:
@@ -59,7 +67,8 @@ attributes:
     support: full
     details:
       - O(state=present) and O(state=restored) add only the URLs the router does not list;
-        O(state=absent) removes only listed ones.
+        O(state=absent) removes only listed ones; with O(payloads), only a worker listed with
+        another role than its body's is put right.
 seealso:
   - module: gpufleet.sglang.server_unit
     description: Its check-mode result tells whether a host will restart (and so needs draining).
@@ -110,9 +119,24 @@ options:
   worker_api_keys:
     description:
       - The servers' own API keys by worker URL; an added worker is given its key (smg's
-        C(api_key) of C(POST /workers)) so that the router calls it with that key.
+        C(api_key) of C(POST /workers)) so that the router calls it with that key. With
+        O(payloads), the key goes into the worker's body (the add's and the C(PUT)'s).
     type: dict
     default: {}
+  payloads:
+    description:
+      - The router's PD workers, for a router in PD mode (C(--pd-disaggregation)), with
+        O(state=present), O(state=converged) or O(state=restored) (the other states ignore it).
+        A mapping of worker URL to the body of C(POST /workers) that adds it with its role
+        (C(url), C(worker_type) V(prefill) or V(decode), and C(bootstrap_port) on a prefill
+        worker that has one), as the filter
+        P(gpufleet.sglang.router_pd_payloads#filter) renders it from
+        C(router_pd_workers).
+      - Unset or empty, the router is in its regular mode and each worker is added with its
+        URL alone.
+      - A body must not carry the worker's C(api_key) (this option is not secret, so it would
+        be logged); give the keys with O(worker_api_keys) and render the bodies without them.
+    type: dict
   min_serving:
     description: With O(state=absent), the fewest healthy workers the router must keep.
     type: int
@@ -166,7 +190,9 @@ api:
   returned: when the router was asked
   sample: workers
 workers_before:
-  description: The router's workers before the call (C(id), C(url), C(healthy), C(status)).
+  description:
+    - The router's workers before the call (C(id), C(url), C(healthy), C(status); and
+      C(worker_type) and C(bootstrap_port) where the router lists them, as smg does).
   type: list
   elements: dict
   returned: when the router was asked
@@ -185,6 +211,14 @@ added:
   type: list
   elements: str
   returned: O(state=present), O(state=converged) or O(state=restored)
+repaired:
+  description:
+    - With O(payloads), the URLs whose worker the router listed with another role or
+      bootstrap port than its body says, and that were put right (in check mode, that would
+      be).
+  type: list
+  elements: str
+  returned: when one was
 unlisted:
   description: With O(state=restored), those of O(urls) the router did not list before the call.
   type: list
@@ -282,6 +316,27 @@ def detect_api(base, headers, timeout):
                               "answered %s" % (base, status))
 
 
+def _repaired(urls):
+    """``{"repaired": urls}`` when a row was put right, else nothing (the result of a
+    router in its regular mode is what it was before PD mode)."""
+    return {"repaired": urls} if urls else {}
+
+
+def refuse_keys_in_payloads(module, payloads):
+    """A worker's key must come through ``worker_api_keys`` (no_log), not inside a body of
+    ``payloads``, which is not secret: refuse, with the key masked in the result."""
+    keyed = []
+    for url, body in sorted((payloads or {}).items()):
+        if isinstance(body, dict) and body.get("api_key"):
+            module.no_log_values.add(str(body["api_key"]))
+            keyed.append(url)
+    if keyed:
+        module.fail_json(msg="payloads: the body of %s carries an api_key; payloads is not a "
+                             "secret option, so give the servers' keys with worker_api_keys "
+                             "and render the bodies without them (router_pd_payloads with no "
+                             "keys)" % ", ".join(keyed))
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -294,6 +349,7 @@ def main():
                        required=True),
             held=dict(type="list", elements="str", default=[]),
             worker_api_keys=dict(type="dict", default={}, no_log=True),
+            payloads=dict(type="dict"),
             unit_path=dict(type="path"),
             router_name=dict(type="str", default=""),
             min_serving=dict(type="int", default=1),
@@ -308,6 +364,7 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
+    refuse_keys_in_payloads(module, p["payloads"])
     start = time.monotonic()
     named = ("router %s: " % p["router_name"]) if p["router_name"] else ""
     try:
@@ -346,30 +403,36 @@ def main():
         router = _router.Router(base, api, fetch, p["api_key"], p["request_timeout"])
         urls = [_router.normalize_url(u) for u in p["urls"]]
         keys = dict((_router.normalize_url(k), v) for k, v in p["worker_api_keys"].items() if v)
+        # a router in PD mode (None: the regular mode, today's calls); absent takes no role
+        payloads = (p["payloads"] or None) if p["state"] != "absent" else None
         if p["state"] == "converged":
             rows = router.workers()
             healthy = dict((u, probe(u, p["request_timeout"])) for u in urls)
-            plan = _router_fleet.membership(urls, p["held"], healthy, rows)
+            plan = _router_fleet.membership(urls, p["held"], healthy, rows, payloads)
             report = _router_fleet.membership_report(base, rows, urls, p["held"], healthy)
             if module.check_mode:
-                module.exit_json(changed=bool(plan["add"] or plan["remove"]), api=api,
-                                 workers_before=rows, workers_after=rows, added=plan["add"],
-                                 removed=plan["remove"], membership=report, elapsed_s=0.0)
-            res = _router.converge(router, plan, p["timeout"], p["interval"], keys)
-            module.exit_json(changed=bool(res["added"] or res["removed"]), api=api,
-                             workers_before=res["before"], workers_after=res["after"],
+                module.exit_json(changed=bool(plan["add"] or plan["remove"] or plan.get("repair")),
+                                 api=api, workers_before=rows, workers_after=rows,
+                                 added=plan["add"], removed=plan["remove"], membership=report,
+                                 elapsed_s=0.0, **_repaired(plan.get("repair")))
+            res = _router.converge(router, plan, p["timeout"], p["interval"], keys,
+                                   payloads=payloads)
+            module.exit_json(changed=bool(res["added"] or res["removed"] or res.get("repaired")),
+                             api=api, workers_before=res["before"], workers_after=res["after"],
                              added=res["added"], removed=res["removed"], membership=report,
-                             elapsed_s=res["elapsed_s"])
+                             elapsed_s=res["elapsed_s"], **_repaired(res.get("repaired")))
         if p["state"] == "restored":
             # only the servers the router does not list are asked: none on a plain re-run
             res = _router_fleet.put_back_unlisted(
                 router, urls, p["held"], lambda u: probe(u, p["request_timeout"]), p["timeout"],
-                p["interval"], keys, check=module.check_mode)
-            module.exit_json(changed=bool(res["added"]), api=api, workers_before=res["before"],
-                             workers_after=res["after"], added=res["added"],
-                             unlisted=res["unlisted"], not_ready=res["not_ready"],
-                             elapsed_s=res["elapsed_s"])
+                p["interval"], keys, check=module.check_mode, payloads=payloads)
+            module.exit_json(changed=bool(res["added"] or res.get("repaired")), api=api,
+                             workers_before=res["before"], workers_after=res["after"],
+                             added=res["added"], unlisted=res["unlisted"],
+                             not_ready=res["not_ready"], elapsed_s=res["elapsed_s"],
+                             **_repaired(res.get("repaired")))
         if module.check_mode:
+            bodies = _router.pd_bodies(router, payloads, urls)
             rows = router.workers()
             listed = set(_router.still_routed(rows, urls))
             if p["state"] == "absent":
@@ -377,18 +440,21 @@ def main():
                 todo = [u for u in urls if u in listed]
             else:
                 todo = [u for u in urls if u not in listed]
-            module.exit_json(changed=bool(todo), api=api, workers_before=rows,
-                             workers_after=rows, elapsed_s=0.0,
-                             **{"removed" if p["state"] == "absent" else "added": todo})
+            repaired = [m["url"] for m in _router.misregistered(rows, bodies)]
+            module.exit_json(changed=bool(todo or repaired), api=api, workers_before=rows,
+                             workers_after=rows, elapsed_s=0.0, **dict(
+                                 _repaired(repaired),
+                                 **{"removed" if p["state"] == "absent" else "added": todo}))
         if p["state"] == "absent":
             res = _router.take_out(router, urls, p["min_serving"], p["timeout"], p["interval"])
             module.exit_json(changed=bool(res["removed"]), api=api,
                              workers_before=res["before"], workers_after=res["after"],
                              removed=res["removed"], elapsed_s=res["elapsed_s"])
-        res = _router.put_back(router, urls, p["timeout"], p["interval"], keys)
-        module.exit_json(changed=bool(res["added"]), api=api, workers_before=res["before"],
-                         workers_after=res["after"], added=res["added"],
-                         elapsed_s=res["elapsed_s"])
+        res = _router.put_back(router, urls, p["timeout"], p["interval"], keys, payloads=payloads)
+        module.exit_json(changed=bool(res["added"] or res.get("repaired")), api=api,
+                         workers_before=res["before"], workers_after=res["after"],
+                         added=res["added"], elapsed_s=res["elapsed_s"],
+                         **_repaired(res.get("repaired")))
     except _router.RouterError as exc:
         module.fail_json(msg=named + str(exc), elapsed_s=round(time.monotonic() - start, 3))
     except OSError as exc:

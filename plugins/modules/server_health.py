@@ -160,13 +160,13 @@ from urllib.parse import urlparse
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _command, _waiter
+from ansible_collections.gpufleet.sglang.plugins.module_utils.common._net import listening
 from ansible_collections.gpufleet.sglang.plugins.module_utils.rollout._load_phases import (
     LoadProgress,
     journal_message,
     journal_time,
 )
 from ansible_collections.gpufleet.sglang.plugins.module_utils.rollout._health import (
-    listening,
     parse_unit_show,
     readiness_path,
     unit_failure,

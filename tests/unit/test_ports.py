@@ -5,7 +5,7 @@ import socket
 
 import pytest
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils.rollout import _health
+from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _net
 from ansible_collections.gpufleet.sglang.tests import ports
 
 
@@ -40,7 +40,7 @@ def test_a_connection_to_itself_is_no_listener(monkeypatch, itself):
         listener.bind(("127.0.0.1", port))
         listener.listen(1)
     real = socket.create_connection
-    monkeypatch.setattr(_health.socket, "create_connection",
+    monkeypatch.setattr(_net.socket, "create_connection",
                         lambda address, timeout=None: (ports.connected_to_itself(port) if itself
                                                        else real(address, timeout=timeout)))
     try:

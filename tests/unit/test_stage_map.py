@@ -154,3 +154,37 @@ def test_an_upward_import_is_reported():
     real = _module_utils_sources()
     real["prepare/_made_up.py"] = upward
     assert upward_imports(real, order) == ["prepare/_made_up.py:1 imports weights"]
+
+
+UNIT_MODULE_UTILS = os.path.join(ROOT, "tests", "unit", "plugins", "module_utils")
+
+
+def misplaced_tests(paths, stages):
+    """The test files of ``paths`` (relative to tests/unit/plugins/module_utils) that are not
+    in the folder of a stage of ``stages``: the unit tests mirror plugins/module_utils."""
+    out = []
+    for path in sorted(paths):
+        parts = path.split("/")
+        if parts[-1].endswith(".py") and (len(parts) != 2 or parts[0] not in stages):
+            out.append(path)
+    return out
+
+
+def _unit_module_utils_files():
+    found = []
+    for dirpath, dirnames, filenames in os.walk(UNIT_MODULE_UTILS):
+        dirnames[:] = [d for d in dirnames if d not in ("data", "__pycache__")]
+        for name in filenames:
+            found.append(os.path.relpath(os.path.join(dirpath, name), UNIT_MODULE_UTILS).replace(os.sep, "/"))
+    return found
+
+
+def test_the_module_utils_tests_mirror_the_stages():
+    stages = _read_order()
+    files = _unit_module_utils_files()
+    assert "router/test_router.py" in files and "tune/test_search_bound.py" in files
+    assert misplaced_tests(files, stages) == []
+    # the control: a flat test file, one in a folder that is no stage, one too deep
+    assert misplaced_tests(["test_router.py", "misc/test_x.py", "router/deep/test_y.py",
+                            "router/test_router.py"], stages) == [
+        "misc/test_x.py", "router/deep/test_y.py", "test_router.py"]

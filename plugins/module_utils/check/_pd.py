@@ -64,6 +64,8 @@ import re
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _version
 from ansible_collections.gpufleet.sglang.plugins.module_utils.check._strategy import PD_ROLES, pd_name
+from ansible_collections.gpufleet.sglang.plugins.module_utils.check._strategy import StrategyError, parse_pd
+from ansible_collections.gpufleet.sglang.plugins.module_utils.check import _pd_roles
 
 #: The PD flags the collection renders, by key: (the help's name, where it goes).
 FLAGS = {
@@ -98,7 +100,7 @@ NOT_DEPLOYED = ("prefill/decode layouts are checked, not deployed yet: prepare, 
 DEFAULT_BOOTSTRAP_PORT = 8998
 
 #: The releases whose ``--help`` is a fixture: :func:`facts_from_help` of each help text
-#: (``tests/unit/plugins/module_utils/test_pd.py`` derives them again and compares).
+#: (``tests/unit/plugins/module_utils/check/test_pd.py`` derives them again and compares).
 KNOWN_RELEASES = {
     "0.4.6.post5": {
         "flags": ["base_gpu_id", "bootstrap_port", "ib_device", "mode", "transfer_backend"],
@@ -575,3 +577,194 @@ def router_problems(routers):
                 "--pd-disaggregation, --prefill URL [BOOTSTRAP_PORT] and --decode URL"
                 % (host, version))
     return problems
+
+
+# --- one decision per PD host: the backend and each of its servers ----------------------
+
+#: The environment of every PD server's unit: ``--disaggregation-ib-device``'s per-GPU keys
+#: and ``--base-gpu-id`` count GPUs as ``nvidia-smi`` does, by PCI bus (see
+#: :func:`ib_device_value`).
+PD_ENVIRONMENT = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+
+#: The environment a backend adds, where the release's help lists that backend: 0.5.23
+#: runs ``mooncake_tcp`` as Mooncake with ``MC_FORCE_TCP=1`` and no IB device
+#: (``arg_groups/pd_disaggregation_hook.py``, as ``tests/emulator/README.md``, "PD", reads
+#: it); the unit says so too, so that what runs is what the unit shows.
+BACKEND_ENVIRONMENT = {"mooncake_tcp": {"MC_FORCE_TCP": "1"}}
+
+
+def _port_or_none(value):
+    text = str(value).strip() if value is not None else ""
+    if isinstance(value, bool) or not text.isdigit() or not 1 <= int(text) <= 65535:
+        return None
+    return int(text)
+
+
+def _gpu_list(placement):
+    base, count = placement.get("base_gpu_id"), placement.get("gpus")
+    if base is None or count is None:
+        return None
+    return list(range(int(base), int(base) + int(count)))
+
+
+def _port_collisions(host, slots, server_port, step):
+    """Each port two of ``slots`` (or a slot and ``server_port``) would both listen on."""
+    taken, problems = [], []  # (port, the slot's label or None for server_port, what)
+    if not any(s["port"] == server_port for s in slots):
+        taken.append((server_port, None, "server_port"))
+    for item in slots:
+        label = "slot %d (%s %s)" % (item["slot"], item["role"], item["server"])
+        for kind in ("port", "bootstrap_port"):
+            port = item[kind]
+            if port is None:
+                continue
+            what = "HTTP port" if kind == "port" else "bootstrap port"
+            if port > 65535:
+                problems.append("%s, %s: its %s would be %d (server_port or sglang_pd_bootstrap_port "
+                                "plus %d x %d), above 65535: choose lower ports"
+                                % (host, label, what, port, item["slot"], step))
+                continue
+            for other, owner, other_what in taken:
+                if other != port:
+                    continue
+                shown = other_what if owner is None else "its own %s" % other_what \
+                    if owner == label else "%s's %s" % (owner, other_what)
+                problems.append(
+                    "%s, %s: its %s %d is %s too: every server of a host needs ports of its "
+                    "own, and slot k listens on server_port and sglang_pd_bootstrap_port plus "
+                    "k x %d; choose server_port and sglang_pd_bootstrap_port so that no two of "
+                    "the host's ports meet" % (host, label, what, port, shown, step))
+            taken.append((port, label, what))
+    return problems
+
+
+def render(pd, release, facts, hosts_facts, host, placements, server_port,
+           bootstrap_port=DEFAULT_BOOTSTRAP_PORT, forced=None, ib_device=None, step=None):
+    """One PD host's servers: the transfer backend, chosen once over every PD host, and
+    for each of ``host``'s placements its slot, names, ports, flags and environment.
+
+    ``pd``: ``_strategy.parse_pd``'s roles (or the layout's text); ``release`` and
+    ``facts`` (:func:`facts_from_help` of the installed help; None: :data:`KNOWN_RELEASES`'
+    entry of ``release``); ``hosts_facts``: every PD host -> the transport facts
+    (``gpu_prereqs`` with ``transport: true``: ``ib_devices``, ``peermem``, ``topology``;
+    None where a host has none); ``placements``: ``host``'s (``_pd_roles.assign``'s
+    ``hosts[host]``); ``server_port``, ``bootstrap_port`` (None: the release's default),
+    ``forced`` (``sglang_pd_transfer_backend``), ``ib_device`` (``sglang_pd_ib_device``,
+    verbatim on every slot when set; else mooncake's from :func:`ib_device_value`),
+    ``step`` (``_pd_roles.SLOT_PORT_STEP`` when None).
+
+    Returns ``{"backend", "backend_reason", "slots", "problems"}``; each slot is ``{"slot",
+    "role", "server", "node_rank", "base_gpu_id", "gpus", "service_name", "unit", "port",
+    "bootstrap_port", "record", "record_path", "ib_device", "flags", "environment"}`` (``gpus``:
+    the host's GPU indexes, None for all of them; ``bootstrap_port`` None on decode;
+    ``flags`` :func:`role_flags`' pairs, None when they cannot be rendered). ``problems``
+    lists every refusal at once: the layout or the release, a plan host without facts, no
+    backend for the fleet, a malformed port or IB device, two slots' ports that meet.
+    """
+    step = _pd_roles.SLOT_PORT_STEP if step is None else int(step)
+    problems = []
+
+    def add(items):
+        for item in items:
+            if item not in problems:
+                problems.append(item)
+
+    roles = pd
+    if isinstance(pd, str):
+        try:
+            roles = parse_pd(pd)
+        except StrategyError as exc:
+            add([str(exc)])
+            roles = None
+    elif not isinstance(pd, dict) or any(not isinstance(pd.get(r), dict) for r in PD_ROLES):
+        add(["pd must be a prefill/decode layout (prefill:ep8+decode:2xep8) or its parsed roles, "
+             "got %s" % json.dumps(pd, default=str)[:80]])
+        roles = None
+    strategy = pd_name(roles) if roles else str(pd)
+
+    if facts is None:
+        facts = release_facts(release)
+    if facts is None:
+        add(["sglang %s is no release the collection has a --help text of, and the installed "
+             "help's flags were not given: its PD flags and transfer backends are unknown"
+             % (release,)])
+        release_ok = False
+    else:
+        before = len(problems)
+        add(release_problems(strategy, release, facts, forced))
+        release_ok = len(problems) == before
+    add(ib_device_problems(ib_device))
+    if isinstance(ib_device, dict):
+        ib_device = json.dumps(ib_device, sort_keys=True, separators=(",", ":"))
+
+    http = _port_or_none(server_port)
+    if http is None:
+        add(["server_port must be a port 1-65535, the servers' HTTP port (got %s)"
+             % json.dumps(server_port, default=str)[:40]])
+    bootstrap = None
+    if bootstrap_port is None or bootstrap_port == "":
+        bootstrap = (facts or {}).get("bootstrap_port_default") or DEFAULT_BOOTSTRAP_PORT
+    else:
+        more = port_problems(bootstrap_port)
+        add(more)
+        bootstrap = None if more else int(str(bootstrap_port).strip())
+
+    hosts_facts = dict(hosts_facts or {})
+    hosts_facts.setdefault(host, None)
+    bare = sorted(h for h, f in hosts_facts.items() if not isinstance(f, dict))
+    if bare:
+        add(["%s ha%s no transport facts (gpu_prereqs with transport: true, registered as "
+             "__server_pd_facts): the transfer backend is chosen from every PD host's RDMA "
+             "devices and GPUDirect RDMA, so each PD host runs that probe first"
+             % (", ".join(bare), "s" if len(bare) == 1 else "ve")])
+
+    chosen = None
+    if release_ok and not bare:
+        chosen, more = choose_backend(release, facts, hosts_facts, forced)
+        add(more)
+    backend = chosen["backend"] if chosen else None
+    mine = hosts_facts.get(host) or {}
+
+    placements = list(placements or [])
+    if not placements:
+        add(["%s has no server in the PD layout %s (no placement): the plan runs on the hosts "
+             "the check placed a server on" % (host, strategy)])
+    slots = []
+    for placement in sorted(placements, key=lambda p: int(p.get("slot") or 0)):
+        slot = int(placement.get("slot") or 0)
+        role = placement.get("role")
+        names = _pd_roles.slot_names(slot)
+        port, boot = (None, None)
+        if http is not None:
+            port, boot = _pd_roles.slot_ports(slot, http, bootstrap, step)
+        boot = boot if role == "prefill" else None
+        gpus = _gpu_list(placement)
+        device = ib_device or None
+        if device is None and backend == "mooncake":
+            topology = mine.get("topology") or {}
+            device = ib_device_value(facts, mine.get("ib_devices"),
+                                     gpus if gpus is not None else list(topology.get("gpus") or []),
+                                     topology)
+        environment = dict(PD_ENVIRONMENT)
+        if backend in (facts or {}).get("backends", []):
+            environment.update(BACKEND_ENVIRONMENT.get(backend, {}))
+        flags = None
+        if backend and roles and (role != "prefill" or boot is not None):
+            try:
+                flags = role_flags(role, roles, release, facts, backend, boot, device,
+                                   placement.get("base_gpu_id"))
+            except PDError as exc:
+                # the release's refusals are in problems already; the slot's own name the slot
+                add("%s, slot %d (%s %s): %s" % (host, slot, role, placement.get("server"), p)
+                    for p in exc.problems if p not in problems)
+        item = {"slot": slot, "role": role, "server": placement.get("server"),
+                "node_rank": placement.get("node_rank", 0),
+                "base_gpu_id": placement.get("base_gpu_id"), "gpus": gpus,
+                "port": port, "bootstrap_port": boot, "ib_device": device,
+                "flags": flags, "environment": environment}
+        item.update(names)
+        slots.append(item)
+    if http is not None:
+        add(_port_collisions(host, slots, http, step))
+    return {"backend": backend, "backend_reason": chosen["reason"] if chosen else None,
+            "slots": slots, "problems": problems}

@@ -42,7 +42,7 @@ and prepare's check of what a host is asked to run).
 
 Each placement carries ``slot`` (the server's rank among the servers of its host, by GPU):
 a host holding two servers needs two units, two HTTP ports and two bootstrap ports; the
-rollout derives them from the slot.
+rollout derives them from the slot (:func:`slot_ports`, :func:`slot_names`).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -50,7 +50,9 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import json
+import os
 
+from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _paths
 from ansible_collections.gpufleet.sglang.plugins.module_utils.check._strategy import (
     PD_ROLES,
     pd_name,
@@ -465,3 +467,32 @@ def fleet_plan(roles, hosts, multinode=None, gpus_per_node=None, host_roles=None
             problems.append("%s would hold several servers on separate GPUs, but the release has "
                             "no --base-gpu-id" % ", ".join(shared))
     return plan, problems
+
+
+# --- the names and ports of a host's servers, by slot ----------------------------------
+
+#: How far apart the ports of two slots of one host are (``sglang_pd_slot_port_step``).
+SLOT_PORT_STEP = 10
+
+
+def slot_ports(slot, server_port, bootstrap_port, step=SLOT_PORT_STEP):
+    """``(http_port, bootstrap_port)`` of the server in ``slot`` of a host (a placement's
+    ``slot``): slot 0 listens on ``server_port`` and ``bootstrap_port`` themselves, slot k on
+    each plus ``k * step``. A ``bootstrap_port`` of None (a server with none) stays None."""
+    shift = int(slot) * int(step)
+    return (int(server_port) + shift,
+            None if bootstrap_port is None else int(bootstrap_port) + shift)
+
+
+def slot_names(slot):
+    """What the server in ``slot`` of a host is called: ``service_name`` (the unit's stem, as
+    ``server_unit`` takes it: ``sglang``, ``sglang-s<k>``), ``unit`` (``sglang.service``,
+    ``sglang-s<k>.service``), ``record`` (the deployment record's file name: ``sglang.fact``,
+    ``sglang_s<k>.fact``; an Ansible local fact is named by its file, so
+    ``ansible_local.sglang_s<k>``) and ``record_path`` (beside ``_paths.RECORD_PATH``)."""
+    k = int(slot)
+    stem, ext = os.path.splitext(os.path.basename(_paths.RECORD_PATH))
+    service = "sglang" if k == 0 else "sglang-s%d" % k
+    record = stem + ext if k == 0 else "%s_s%d%s" % (stem, k, ext)
+    return {"service_name": service, "unit": service + ".service", "record": record,
+            "record_path": os.path.join(os.path.dirname(_paths.RECORD_PATH), record)}

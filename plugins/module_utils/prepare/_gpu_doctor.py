@@ -6,7 +6,8 @@
 """The prerequisite doctor's probes and its one entry point, :func:`doctor`.
 
 The probes run nvidia-smi, nvcc and the venv's interpreter through the collection's one
-command runner and read package metadata without importing anything; the verdicts are
+command runner and read package metadata without importing anything (but the KV transfer
+engine, whose import :meth:`Prober.transport` tries in the venv); the verdicts are
 ``_gpu_prereqs.evaluate``'s. Used by ``gpufleet.sglang.gpu_prereqs`` and by
 ``gpufleet.sglang.server_preflight`` (the deploy path asks the doctor in the same call).
 """
@@ -24,12 +25,94 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils.common._command im
 from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _files, _paths
 from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare import _gpu_env as env
 from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare import _gpu_parse as parse
+from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare import _venv
 from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare._gpu_prereqs import (
     evaluate,
     format_table,
 )
 
 _SITE_SNIPPET = "import json, site, sys; print(json.dumps({'site': site.getsitepackages()}))"
+
+#: Where the kernel lists the RDMA devices (one directory per device, ``ports/<n>/state`` and
+#: ``ports/<n>/link_layer`` under it).
+IB_ROOT = "/sys/class/infiniband"
+#: There while the ``nvidia_peermem`` module (GPUDirect RDMA) is loaded.
+PEERMEM_PATH = "/sys/module/nvidia_peermem"
+#: Seconds one transfer engine's import may take in the venv.
+ENGINE_PROBE_TIMEOUT = 120
+
+_ENGINE_MARK = "GPUFLEET-ENGINE "
+# argv: the module to import, then the distributions whose versions to read. The versions
+# first (importlib.metadata reads files only), then the import; one marked JSON line at
+# the end, and os._exit so that threads the import started do not hold the interpreter.
+_ENGINE_SNIPPET = "\n".join([
+    "import importlib, json, os, sys",
+    "out = {'packages': {}, 'imports': False, 'error': None}",
+    "try:",
+    "    from importlib import metadata",
+    "except ImportError:",
+    "    metadata = None",
+    "for dist in sys.argv[2:]:",
+    "    try:",
+    "        out['packages'][dist] = metadata.version(dist)",
+    "    except Exception:",
+    "        pass",
+    "try:",
+    "    importlib.import_module(sys.argv[1])",
+    "    out['imports'] = True",
+    "except BaseException as exc:",
+    "    out['error'] = '%s: %s' % (type(exc).__name__, exc)",
+    "sys.stdout.write('\\n" + _ENGINE_MARK + "' + json.dumps(out) + '\\n')",
+    "sys.stdout.flush()",
+    "os._exit(0)",
+])
+
+
+def _listdir(path):
+    try:
+        return sorted(os.listdir(path))
+    except OSError:
+        return []
+
+
+def _read_text(path):
+    try:
+        with open(path) as handle:
+            return handle.read().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def read_ib_sysfs(root=IB_ROOT):
+    """What ``root`` (``/sys/class/infiniband``) holds, as ``_gpu_parse.parse_ib_sysfs``
+    takes it: ``{dev: {port: {"state", "link_layer"}}}`` (a file not readable: None); {}
+    when ``root`` is not there (no RDMA stack loaded)."""
+    entries = {}
+    for dev in _listdir(root):
+        ports = os.path.join(root, dev, "ports")
+        entries[dev] = dict((port, {"state": _read_text(os.path.join(ports, port, "state")),
+                                    "link_layer": _read_text(os.path.join(ports, port, "link_layer"))})
+                            for port in _listdir(ports))
+    return entries
+
+
+def _engine_answer(rc, out, err, timeout):
+    """The marked JSON line of one engine probe, or what went wrong."""
+    for line in reversed((out or "").splitlines()):
+        if line.startswith(_ENGINE_MARK):
+            try:
+                answer = json.loads(line[len(_ENGINE_MARK):])
+            except ValueError:
+                break
+            if isinstance(answer, dict):
+                return answer
+            break
+    if rc in (124, 137):
+        why = "timed out after %d s" % timeout
+    else:
+        lines = [ln.strip() for ln in ("%s\n%s" % (err or "", out or "")).splitlines() if ln.strip()]
+        why = "the interpreter exited rc=%s%s" % (rc, ": %s" % lines[-1][:300] if lines else "")
+    return {"packages": {}, "imports": False, "error": why}
 
 
 class Prober(object):
@@ -38,10 +121,11 @@ class Prober(object):
     def __init__(self, module):
         self.module = module
         self.failures = []
+        self.topo_text = None  # what nvidia-smi topo -m printed (gpus()), for transport()
 
-    def run(self, argv):
+    def run(self, argv, timeout=None):
         try:
-            result = run(self.module, argv)
+            result = run(self.module, argv, timeout=timeout)
         except Exception as exc:  # pylint: disable=broad-except
             result = CommandResult(argv, 127, "", "%s" % exc)
         if not result.ok:
@@ -123,6 +207,7 @@ class Prober(object):
                 proc["gpu_index"] = by_bus.get(proc["gpu_bus"])
         rc, out, err = self.run([path, "topo", "-m"])
         if rc == 0:
+            self.topo_text = out
             try:
                 facts["topology"] = parse.parse_topology(out)
             except parse.ParseError as exc:
@@ -231,17 +316,81 @@ class Prober(object):
         facts["torch_cuda"], facts["torch_cuda_source"] = env.torch_cuda(facts["versions"].get("torch"), sites)
         return facts
 
+    # ---------------------------------------------------------------- transport
+
+    def transport(self, python=None, ib_root=IB_ROOT, peermem_path=PEERMEM_PATH, smi_path=None):
+        """What a PD layout's KV transfer finds on this host, in the shape
+        ``check/_pd.host_transport`` takes (``ib_devices``, ``peermem``), with the GPU-to-NIC
+        links ``check/_pd.ib_device_value`` takes (``topology``) and the venv's engines:
+
+        * ``ib_devices``: ``_gpu_parse.parse_ib_sysfs`` of ``ib_root`` (no root: none);
+        * ``peermem``: whether ``peermem_path`` (``/sys/module/nvidia_peermem``) exists;
+        * ``topology``: ``_gpu_parse.parse_topology_nics`` of the ``nvidia-smi topo -m``
+          text :meth:`gpus` read (run here when it did not), None with ``topology_detail``
+          when there is none to read;
+        * ``engines``: :meth:`engines` of ``python``, None when no python is given.
+        """
+        facts = {"ib_root": ib_root, "ib_devices": parse.parse_ib_sysfs(read_ib_sysfs(ib_root)),
+                 "peermem": os.path.exists(peermem_path), "peermem_path": peermem_path,
+                 "topology": None, "python": python, "engines": None}
+        text = self.topo_text
+        if text is None:
+            path = smi_path or self.module.get_bin_path("nvidia-smi")
+            if path and os.path.exists(path):
+                rc, out, err = self.run([path, "topo", "-m"])
+                if rc == 0:
+                    text = out
+                else:
+                    facts["topology_detail"] = "topo -m failed (rc=%s)" % rc
+            else:
+                facts["topology_detail"] = "nvidia-smi not found (%s)" % (smi_path or "not on PATH")
+        if text is not None:
+            try:
+                facts["topology"] = parse.parse_topology_nics(text)
+            except parse.ParseError as exc:
+                facts["topology_detail"] = "%s" % exc
+        if python:
+            facts["engines"] = self.engines(python)
+        return facts
+
+    def engines(self, python):
+        """Per engine family of ``_venv.TRANSFER_ENGINES``: ``{"module", "imports", "error",
+        "packages": {distribution: version}}``, from one run of ``python`` per family that
+        reads the versions of the family's builds (``importlib.metadata``) and imports the
+        module SGLang imports (``mooncake.engine``, ``nixl._api``)."""
+        out = {}
+        for family in sorted(_venv.TRANSFER_ENGINES):
+            engine = _venv.TRANSFER_ENGINES[family]
+            if not os.path.exists(python):
+                answer = {"packages": {}, "imports": False,
+                          "error": "python %s does not exist" % python}
+            else:
+                dists = [engine["builds"][b].split("==", 1)[0] for b in sorted(engine["builds"])]
+                rc, stdout, stderr = self.run([python, "-I", "-c", _ENGINE_SNIPPET, engine["module"]] + dists,
+                                              timeout=ENGINE_PROBE_TIMEOUT)
+                answer = _engine_answer(rc, stdout, stderr, ENGINE_PROBE_TIMEOUT)
+            out[family] = {"module": engine["module"], "imports": answer.get("imports") is True,
+                           "error": answer.get("error"), "packages": dict(answer.get("packages") or {})}
+        return out
+
 
 def doctor(module, python=None, cuda_home=None, nvidia_smi=None, strategy=None, extra_args=None,
-           waive=None, compile_test=True, cache_dir=_paths.CACHE_DIR):
-    """Probe the host and judge it: the result the doctor module returns."""
+           waive=None, compile_test=True, cache_dir=_paths.CACHE_DIR, transport=False,
+           ib_root=None, peermem_path=None):
+    """Probe the host and judge it: the result the doctor module returns. With
+    ``transport``, also what a PD layout's KV transfer finds (:meth:`Prober.transport`,
+    under ``ib_root`` and ``peermem_path``, :data:`IB_ROOT` and :data:`PEERMEM_PATH` when
+    None), returned as ``transport`` and judged by the ``transfer_engine`` check."""
     prober = Prober(module)
     facts = prober.gpus(nvidia_smi)
     facts["cuda"] = prober.cuda(cuda_home)
     facts["packages"] = prober.packages(python)
     facts["compile"] = prober.compile(facts["cuda"], facts["gpus"], cache_dir, compile_test)
+    if transport:
+        facts["transport"] = prober.transport(python, ib_root or IB_ROOT, peermem_path or PEERMEM_PATH,
+                                              nvidia_smi)
     verdict = evaluate(facts, strategy=strategy, extra_args=extra_args or {}, waive=waive or [])
-    return dict(
+    result = dict(
         ok=verdict["ok"],
         checks=verdict["checks"],
         failed_checks=verdict["failed"],
@@ -259,6 +408,9 @@ def doctor(module, python=None, cuda_home=None, nvidia_smi=None, strategy=None, 
         compile=facts["compile"],
         commands=prober.failures,
     )
+    if transport:
+        result["transport"] = facts["transport"]
+    return result
 
 
 def refusal(result, host):

@@ -4,7 +4,8 @@
 #
 # This module util is PRIVATE to the gpufleet.sglang collection. It may change
 # without notice; do not use it from outside the collection.
-"""Parsers for ``nvidia-smi`` and ``nvcc`` output (plain Python, no Ansible imports).
+"""Parsers for ``nvidia-smi`` and ``nvcc`` output and the RDMA ports of sysfs (plain Python,
+no Ansible imports).
 
 Every parser takes text and returns plain data; none of them raises on odd input:
 they raise :class:`ParseError` with a short reason, which the caller turns into a
@@ -18,7 +19,8 @@ failed check. Formats handled (all seen in the real outputs under
 * ``nvidia-smi topo -m`` (tab or space separated, ANSI escapes on the header), its GPU
   links and its GPU-to-NIC links with the NIC legend (:func:`parse_topology_nics`);
 * ``nvidia-smi -L``;
-* ``nvcc --version`` and ``nvcc --list-gpu-arch``.
+* ``nvcc --version`` and ``nvcc --list-gpu-arch``;
+* the ports of ``/sys/class/infiniband`` (:func:`parse_ib_sysfs`, given as data).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -505,6 +507,51 @@ def parse_topology_nics(text):
         if sorted(links) != sorted(gpus):
             raise ParseError("topo NIC %s has links to GPUs %s, expected %s" % (name, sorted(links), gpus))
     return {"gpus": gpus, "nics": nics}
+
+
+#: What an RDMA port's ``link_layer`` means: InfiniBand, or RDMA over Converged Ethernet.
+_RDMA_KIND = {"infiniband": "InfiniBand", "ethernet": "RoCE"}
+
+
+def _port_key(port):
+    text = str(port)
+    return (0, int(text), text) if text.isdigit() else (1, 0, text)
+
+
+def parse_ib_sysfs(entries):
+    """The RDMA devices of a host from what ``/sys/class/infiniband/<dev>/ports/<n>/state``
+    and ``.../link_layer`` hold, given as ``{dev: {port: {"state": "4: ACTIVE",
+    "link_layer": "InfiniBand"}}}`` (a file not there: None or left out).
+
+    Returns ``check/_pd.host_transport``'s ``ib_devices``: one ``{"name", "state":
+    "ACTIVE", "ports": [{"port", "state", "link_layer", "rdma"}], "link_layers"}`` per
+    device with at least one ``ACTIVE`` port (``DOWN``, ``INIT``, ``ARMED`` and
+    ``ACTIVE_DEFER`` ports are left out, and with them a device without an active port);
+    ``rdma`` is ``InfiniBand`` or ``RoCE`` (an ``Ethernet`` link layer), None when the link
+    layer is unknown. Devices by name, ports by number. The state names are the kernel's
+    (``ib_port_state``, include/rdma/ib_verbs.h: NOP, DOWN, INIT, ARMED, ACTIVE,
+    ACTIVE_DEFER), printed after the state's number.
+    """
+    devices = []
+    for name in sorted(entries or {}) if isinstance(entries, dict) else []:
+        ports = entries[name] if isinstance(entries[name], dict) else {}
+        active = []
+        for port in sorted(ports, key=_port_key):
+            files = ports[port] if isinstance(ports[port], dict) else {}
+            state = str(files.get("state") or "").strip()
+            # "4: ACTIVE" (the number, then the name, as the kernel prints it) or the name alone
+            word = state.partition(":")[2].strip() if ":" in state else state
+            if word.upper() != "ACTIVE":
+                continue
+            layer = str(files.get("link_layer") or "").strip() or None
+            active.append({"port": int(port) if str(port).isdigit() else str(port),
+                           "state": "ACTIVE", "link_layer": layer,
+                           "rdma": _RDMA_KIND.get((layer or "").lower())})
+        if active:
+            layers = sorted(set(p["link_layer"] for p in active if p["link_layer"]))
+            devices.append({"name": str(name), "state": "ACTIVE", "ports": active,
+                            "link_layers": layers})
+    return devices
 
 
 def parse_nvcc_version(text):

@@ -21,6 +21,9 @@ Facts (as the ``gpu_prereqs`` module gathers them; every key optional)::
     cuda:      {home, home_source, nvcc, found, release, version, arches, headers, root, detail}
     packages:  {python, site_packages, versions: {name: version}, torch_cuda, torch_cuda_source}
     compile:   {status: ok|failed|skipped, results: [{arch, ok, cached, rc, stderr, cmd}], detail}
+    transport: {ib_devices, peermem, topology, python,
+                engines: {family: {module, imports, error, packages: {name: version}}} or None}
+               (only when asked for: a PD layout's hosts)
 
 Every fact-to-rule mapping cites the collection's ``docs/prereqs.md`` ("docs/prereqs.md §n"),
 which remedies point users to.
@@ -30,12 +33,18 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import os
 import re
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils.common._version import (
     at_least,
     major_minor,
     parse,
+)
+from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare._venv import (
+    TRANSFER_ENGINES,
+    cuda_build,
+    engine_distributions,
 )
 
 try:  # the strategy grammar lives in its own module util
@@ -72,7 +81,7 @@ CHECK_NAMES = (
     "cuda_toolkit", "toolkit_arch", "driver_toolkit", "driver_torch", "cuda_headers",
     "compile_test", "torch_cuda", "flashinfer_nvcc", "flashinfer_packages",
     "sgl_kernel_arch", "attention_backend", "deepep_topology", "foreign_processes",
-    "waivers",
+    "transfer_engine", "waivers",
 )
 
 #: Processes that belong to SGLang itself (prereqs fixtures: ``sglang::scheduler_DP0_TP0_EP0``).
@@ -474,6 +483,100 @@ def _kernel_arch_check(versions, ccs):
     return _skip("sgl_kernel_arch", "no SGLang kernel package")
 
 
+def _build_label(build):
+    """``cuda12`` -> ``CUDA 12``, ``non-cuda`` -> ``non-CUDA``."""
+    return "CUDA %s" % build[4:] if build.startswith("cuda") else "non-CUDA"
+
+
+def _venv_of(python):
+    """The venv of an interpreter ``<venv>/bin/python``, else the interpreter itself."""
+    bindir = os.path.dirname(python or "")
+    return os.path.dirname(bindir) if os.path.basename(bindir) == "bin" else (python or "?")
+
+
+def _rule_transfer_engine(facts):
+    """The KV transfer engine of a PD layout in the venv (asked for with the transport
+    facts, judged when a venv interpreter was given): one engine of
+    ``_venv.TRANSFER_ENGINES`` must import (``mooncake.engine``, ``nixl._api``), and no
+    engine's installed build may differ from torch's CUDA major (a CUDA 13 build beside a
+    cu12 torch, a CUDA build beside a CPU torch, the non-CUDA build beside a CUDA torch)."""
+    transport = facts.get("transport")
+    if transport is None:
+        return []
+    engines = transport.get("engines")
+    if engines is None:
+        return [_skip("transfer_engine", "no python (venv interpreter) given")]
+    pkgs = facts.get("packages") or {}
+    python = transport.get("python") or pkgs.get("python") or "?"
+    venv = _venv_of(python)
+    torch = (pkgs.get("versions") or {}).get("torch")
+    tcuda = pkgs.get("torch_cuda")
+    want = cuda_build(tcuda) if tcuda else ("non-cuda" if torch else None)
+    torch_says = ("torch %s is built for CUDA %s" % (torch, tcuda) if tcuda else
+                  "torch %s has no CUDA build" % torch if torch else "")
+    known = engine_distributions()
+    installed = []
+    for family in sorted(engines):
+        for dist, version in sorted((engines[family].get("packages") or {}).items()):
+            build = known.get(dist, (family, None))[1]
+            installed.append((family, dist, version, build))
+    problems, remedies = [], []
+    for family, dist, version, build in installed:
+        if want is None or build is None or build == want:
+            continue
+        problems.append("%s %s in %s is the %s build of the %s transfer engine, and %s" % (
+            dist, version, venv, _build_label(build), family, torch_says))
+        wanted = TRANSFER_ENGINES[family]["builds"].get(want)
+        if wanted:
+            remedies.append("replace it with the %s build: %s -m pip uninstall -y %s, then %s -m pip "
+                            "install %s" % (_build_label(want), python, dist, python, wanted))
+        else:
+            remedies.append("%s has no %s build (%s): uninstall %s and use another engine" % (
+                family, _build_label(want), ", ".join(sorted(
+                    TRANSFER_ENGINES[family]["builds"].values())), dist))
+    working = [f for f in sorted(engines) if engines[f].get("imports")]
+    if not working:
+        tried = "; ".join("import %s: %s" % (engines[f].get("module"), engines[f].get("error") or "fails")
+                          for f in sorted(engines))
+        found = ", ".join("%s %s" % (dist, version) for _f, dist, version, _b in installed)
+        problems.append("no KV transfer engine imports with %s (%s)%s; a PD layout's servers "
+                        "need one" % (python, tried, "; installed: %s" % found if found else
+                                      "; none of %s is installed" % ", ".join(sorted(known))))
+        libs = [f for f in sorted(engines) if "cannot open shared object file" in
+                (engines[f].get("error") or "") and engines[f].get("packages")]
+        if libs:
+            hosts = []
+            for family in libs:
+                hosts.extend(p for p in TRANSFER_ENGINES[family]["host_packages"] if p not in hosts)
+            remedies.append("install the host libraries the engine links (the error names the "
+                            "one missing): apt-get install %s" % " ".join(hosts))
+        elif installed:
+            remedies.append("reinstall the engine in %s (%s -m pip install --force-reinstall %s) and "
+                            "read the import error" % (venv, python, installed[0][1]))
+        else:
+            wanted = TRANSFER_ENGINES["mooncake"]["builds"].get(want) if want else None
+            remedies.append("install the engine into %s: %s -m pip install %s (the build of "
+                            "torch's CUDA major)" % (
+                                venv, python, wanted or " or ".join(sorted(
+                                    TRANSFER_ENGINES["mooncake"]["builds"].values()))))
+    if problems:
+        return [_check("transfer_engine", False, ERROR, "; ".join(problems), "; ".join(remedies))]
+    names = ", ".join("%s %s" % (dist, version) for family, dist, version, _b in installed
+                      if family in working) or "no package metadata"
+    detail = "%s: import %s works with %s" % (
+        names, ", ".join(engines[f].get("module") for f in working), python)
+    if want is None:
+        return [_check("transfer_engine", True, WARNING, detail + "; %s, so the engine's build is not "
+                       "compared with torch's CUDA" % ("torch %s's CUDA build %r is no version" % (
+                           torch, tcuda) if torch else "torch is not in the venv"))]
+    unknown = [f for f in working if not any(i[0] == f and i[3] for i in installed)]
+    if unknown:
+        return [_check("transfer_engine", True, WARNING, detail + "; no package of the collection's "
+                       "table (%s) names the build of %s: not compared with torch's CUDA" % (
+                           ", ".join(sorted(known)), ", ".join(unknown)))]
+    return [_check("transfer_engine", True, INFO, "%s (%s)" % (detail, torch_says))]
+
+
 def _backend_problem(backend, cc, phase):
     """Why ``backend`` cannot run on ``cc`` (docs/prereqs.md §7), or ``None``."""
     major = _major(cc)
@@ -576,6 +679,7 @@ def evaluate(facts, strategy=None, extra_args=None, waive=()):
     checks.extend(_rule_headers(facts))
     checks.extend(_rule_compile(facts))
     checks.extend(_rule_packages(facts))
+    checks.extend(_rule_transfer_engine(facts))
     checks.extend(_rule_attention(facts, args))
     checks.extend(_rule_deepep(facts, args))
     checks.extend(_rule_processes(facts))

@@ -156,3 +156,101 @@ def tail(text, lines=20, chars=4000):
     kept = [ln.rstrip() for ln in (text or "").splitlines() if ln.strip()][-lines:]
     out = "\n".join(kept)
     return out[-chars:]
+
+
+# --- the KV transfer engine of a PD layout ---------------------------------------------
+
+#: The KV transfer engines a PD layout installs into the release's venv, per family: the
+#: module SGLang imports, the pinned build per CUDA major (``non-cuda``: no CUDA at all, the
+#: test bed's), the Debian packages the host needs beside them. Checked on PyPI
+#: (pypi.org/pypi/<name>/json) on 2026-12-07: mooncake-transfer-engine 0.3.13.post1 (its
+#: newest; cp310-cp313 manylinux_2_28 x86_64 and aarch64 wheels), -cuda13 0.3.14 (newest;
+#: cp310-cp314), -non-cuda 0.3.13.post1 (newest; cp310-cp313); nixl-cu12 and nixl-cu13 1.5.1
+#: (their newest; cp310-cp314). The meta package nixl 1.5.2 requires nixl-cu12==1.5.2 and
+#: nixl-cu13==1.5.2 (both, unconditionally), which PyPI did not have that day: the builds are
+#: pinned by their own names. Host packages: the engine.so of mooncake-transfer-engine-non-cuda
+#: 0.3.13.post1 (cp311 x86_64 wheel, ``readelf -d``) needs libibverbs.so.1, libnuma.so.1 and
+#: libcurl.so.4, which the wheel does not bundle; without libibverbs ``import mooncake.engine``
+#: fails with "ImportError: libibverbs.so.1: cannot open shared object file". libcurl's
+#: package is named per release (Debian 12 libcurl4, 13 libcurl4t64) and is left to the host.
+TRANSFER_ENGINES = {
+    "mooncake": {
+        "module": "mooncake.engine",
+        "builds": {
+            "cuda12": "mooncake-transfer-engine==0.3.13.post1",
+            "cuda13": "mooncake-transfer-engine-cuda13==0.3.14",
+            "non-cuda": "mooncake-transfer-engine-non-cuda==0.3.13.post1",
+        },
+        "host_packages": ["libibverbs1", "libnuma1"],
+    },
+    "nixl": {
+        "module": "nixl._api",
+        "builds": {
+            "cuda12": "nixl-cu12==1.5.1",
+            "cuda13": "nixl-cu13==1.5.1",
+        },
+        "host_packages": [],
+    },
+}
+
+#: The engine family of each transfer backend the collection deploys (``mooncake_tcp`` is
+#: Mooncake with ``MC_FORCE_TCP=1``).
+BACKEND_FAMILY = {"mooncake": "mooncake", "mooncake_tcp": "mooncake", "nixl": "nixl"}
+
+#: The builds :func:`transfer_packages` takes besides ``auto``.
+ENGINE_BUILDS = ("cuda12", "cuda13", "non-cuda")
+
+
+def engine_distributions():
+    """``{distribution name: (family, build)}`` of every pinned engine build (the names
+    ``importlib.metadata`` knows them by)."""
+    out = {}
+    for family, engine in TRANSFER_ENGINES.items():
+        for build, requirement in engine["builds"].items():
+            out[requirement.split("==", 1)[0]] = (family, build)
+    return out
+
+
+def cuda_build(torch_cuda):
+    """``cuda12``/``cuda13`` for torch's CUDA version (``"12.9"``, ``13``), or None when
+    there is none (a CPU torch, no torch) or it is no version."""
+    if torch_cuda is None or isinstance(torch_cuda, bool):
+        return None
+    major = str(torch_cuda).strip().split(".", 1)[0]
+    return "cuda%s" % major if major.isdigit() else None
+
+
+def transfer_packages(family, build, torch_cuda):
+    """The packages of the KV transfer engine of ``family`` (a backend: ``mooncake``,
+    ``mooncake_tcp``, ``nixl``; None or "" when the deploy has no PD layout: nothing) in
+    ``build`` (``auto``: torch's CUDA major, ``torch_cuda`` as ``_gpu_env.torch_cuda`` reads
+    it; or ``cuda12``, ``cuda13``, ``non-cuda``): ``{"packages": [pip requirements],
+    "host_packages": [Debian packages]}`` from :data:`TRANSFER_ENGINES`. Raises ValueError
+    saying what to set instead."""
+    if family is None or family == "":
+        return {"packages": [], "host_packages": []}
+    name = BACKEND_FAMILY.get(family) if isinstance(family, str) else None
+    if name is None:
+        raise ValueError("the KV transfer engine is chosen by the transfer backend: %s (got %r)"
+                         % (", ".join(sorted(BACKEND_FAMILY)), family))
+    engine = TRANSFER_ENGINES[name]
+    if build == "auto":
+        chosen = cuda_build(torch_cuda)
+        if chosen is None:
+            raise ValueError(
+                "the %s transfer engine's build is auto, which follows torch's CUDA major, and "
+                "the venv's torch has no CUDA build (torch_cuda %r): set the build to %s"
+                % (name, torch_cuda, " or ".join(sorted(engine["builds"]))))
+        if chosen not in engine["builds"]:
+            raise ValueError(
+                "torch in the venv is built for CUDA %s, and the %s transfer engine has builds "
+                "for %s only (%s)" % (torch_cuda, name, ", ".join(sorted(engine["builds"])),
+                                      ", ".join(engine["builds"][b] for b in sorted(engine["builds"]))))
+        build = chosen
+    elif build not in ENGINE_BUILDS:
+        raise ValueError("the transfer engine's build must be auto, %s (got %r)"
+                         % (", ".join(ENGINE_BUILDS), build))
+    elif build not in engine["builds"]:
+        raise ValueError("the %s transfer engine has no %s build on PyPI: it has %s"
+                         % (name, build, ", ".join(engine["builds"][b] for b in sorted(engine["builds"]))))
+    return {"packages": [engine["builds"][build]], "host_packages": list(engine["host_packages"])}

@@ -20,26 +20,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import socket
-
 from ansible_collections.gpufleet.sglang.plugins.module_utils.common._version import at_least, parse
-
-
-def listening(host, port, timeout):
-    """Whether something listens on ``host:port`` (the server's port opens once the weights
-    are loaded). A probe of a local port inside the kernel's ephemeral range, while nothing
-    listens there, can be given that port as its own source and connect to itself (TCP
-    simultaneous open); that is no listener."""
-    try:
-        sock = socket.create_connection((host, port), timeout=timeout)
-    except OSError:
-        return False
-    try:
-        return sock.getsockname()[:2] != sock.getpeername()[:2]
-    except OSError:
-        return False
-    finally:
-        sock.close()
 
 
 def _release(text):

@@ -21,6 +21,16 @@ Worker API (tried against the released binaries, see the project's reference not
   /remove_worker?url=``, ``GET /list_workers`` (``{"urls": [...]}``, no health).
 * 0.2.2 used ``/workers/{url}``; it is not supported (an error names it).
 
+PD mode (``_router_pd``): a worker is added with its role's body (``POST /workers {"url",
+"worker_type", "bootstrap_port"}``); a body with the URL alone makes a ``regular`` worker,
+to which a PD router routes nothing. ``GET /workers`` lists each worker's ``worker_type``
+and, on a prefill worker, its ``bootstrap_port``: smg's ``WorkerInfo`` flattens its
+``WorkerSpec`` into the row (``crates/protocols/src/worker.rs``: ``worker_type``, lowercase
+``regular``/``prefill``/``decode``/``encode``; ``bootstrap_port`` left out when unset;
+smg-project/smg at f8daa8835, crate 1.9.0, read for the pinned 1.13.0 whose wheel has the
+same handlers). A worker listed with the wrong role is put right with ``PUT
+/workers/{id}`` and its whole body (:meth:`Router.put`, see there for which releases).
+
 The router does not persist workers: after a restart it knows only ``--worker-urls``.
 Everything here is plain Python; the HTTP calls go through a ``fetch`` callable so the
 logic is tested without a network.
@@ -179,7 +189,10 @@ def launch_argv(package, venv, flags, settings):
 # ---- the worker list ----
 
 def worker_table(api, payload):
-    """The router's workers as ``[{id, url, healthy, status}]`` from a list answer."""
+    """The router's workers as ``[{id, url, healthy, status}]`` from a list answer; a row
+    also keeps the answer's ``worker_type`` and ``bootstrap_port`` where the answer has
+    them (smg's rows carry ``worker_type`` always and ``bootstrap_port`` on a prefill
+    worker; the legacy list has neither)."""
     rows = []
     if api == "legacy":
         for url in (payload or {}).get("urls") or []:
@@ -189,8 +202,12 @@ def worker_table(api, payload):
     for w in (payload or {}).get("workers") or []:
         healthy = w.get("is_healthy")
         status = w.get("status") or ("ready" if healthy else "unhealthy")
-        rows.append({"id": w.get("id"), "url": normalize_url(w.get("url", "")),
-                     "healthy": bool(healthy), "status": status})
+        row = {"id": w.get("id"), "url": normalize_url(w.get("url", "")),
+               "healthy": bool(healthy), "status": status}
+        for field in ("worker_type", "bootstrap_port"):
+            if field in w:
+                row[field] = w[field]
+        rows.append(row)
     return rows
 
 
@@ -309,15 +326,20 @@ def work_done(metrics_text):
 
 class Router(object):
     """The router's worker API. ``fetch(method, url, body, headers, timeout)`` returns
-    ``(status, text)`` and raises ``OSError`` when the router cannot be reached."""
+    ``(status, text)`` and raises ``OSError`` when the router cannot be reached.
 
-    def __init__(self, base, api, fetch, api_key=None, timeout=10.0):
+    ``put_replaces``: whether ``PUT /workers/{id}`` replaces the worker's registration (its
+    role too), so that a worker listed with the wrong role is put right in place; else it
+    is removed and added again with its role (see :meth:`put`)."""
+
+    def __init__(self, base, api, fetch, api_key=None, timeout=10.0, put_replaces=True):
         if api not in APIS:
             raise RouterError("router api is %r; expected one of %s" % (api, ", ".join(APIS)))
         self.base = normalize_url(base)
         self.api = api
         self.fetch = fetch
         self.timeout = timeout
+        self.put_replaces = put_replaces
         self.headers = {"Content-Type": "application/json"}
         if api_key:
             self.headers["Authorization"] = "Bearer " + api_key
@@ -338,22 +360,64 @@ class Router(object):
         except ValueError:
             raise RouterError("GET %s%s did not answer JSON: %s" % (self.base, path, text[:300]))
 
-    def add(self, url, api_key=None):
+    def add(self, url, api_key=None, body=None):
         """Add ``url``; ``api_key`` is the worker's own key (smg's ``api_key`` of
-        ``POST /workers``), with which the router then calls the worker."""
+        ``POST /workers``), with which the router then calls the worker. ``body``: the
+        worker's PD body (``_router_pd.worker_payload``, with its role), posted in place of
+        ``{"url"}`` (its ``url`` set to ``url``; ``api_key`` added when it has none)."""
         url = normalize_url(url)
+        if body is not None and self.api == "legacy":
+            raise RouterError("cannot add %s to the router %s with its role: the legacy worker "
+                              "API (/add_worker) takes a URL alone" % (url, self.base))
         if self.api == "legacy":
             status, text = self._call("POST", "/add_worker?url=" + url)
             ok = status == 200
         else:
-            body = {"url": url}
-            if api_key:
-                body["api_key"] = api_key
+            if body is not None:
+                body = _with_key(dict(body, url=url), api_key)
+            else:
+                body = {"url": url}
+                if api_key:
+                    body["api_key"] = api_key
             status, text = self._call("POST", "/workers", body)
             ok = status in (200, 201, 202, 409)  # 409: smg already has it
         if not ok:
             raise RouterError("adding %s to the router %s answered %s: %s"
                               % (url, self.base, status, text[:300]))
+
+    def put(self, worker_id, body):
+        """``PUT /workers/{worker_id}`` with ``body``, a worker's whole PD body.
+
+        What PUT does, by release (read in the sources; the route is
+        ``/workers/{worker_id}`` in ``model_gateway/src/server.rs`` of smg-project/smg):
+
+        * smg from 1.4.0 (commit 582c9e5f9, "enforce REST semantics for worker
+          endpoints") to f8daa8835 (crate 1.9.0, the newest source there; the pinned 1.13.0
+          wheel has the same ``replace_worker`` and ``update_worker`` handlers):
+          ``.put(replace_worker)``, ``.patch(update_worker)``. PUT takes a whole
+          ``WorkerSpec`` (``worker_type`` and ``bootstrap_port`` with it) and re-runs the
+          registration for that id (1.4.0 ``model_gateway/src/core/worker_service.rs``;
+          f8daa8835 ``model_gateway/src/worker/service.rs``, ``ReplaceById``), answering
+          202; it refuses (400) a body whose ``url`` is not the worker's, and a
+          data-parallel router. So the body is the whole registration: a key it leaves out
+          is dropped (the caller puts the worker's own key in).
+        * smg up to 1.3.3 and sglang-router 0.3.x (sgl-project/sglang,
+          ``sgl-model-gateway/src/server.rs`` and ``src/protocols/worker_spec.rs``):
+          ``.put(update_worker)`` with a ``WorkerUpdateRequest`` (priority, cost, labels;
+          smg adds api_key and health): it cannot change ``worker_type``, so there a wrong
+          role is put right by a removal and an add (a :class:`Router` made with
+          ``put_replaces=False``).
+
+        The collection pins smg 1.13.0, so a repair is this PUT (the "PD mode" table of
+        ``roles/router/README.md``: the worker took its role under the same id)."""
+        if self.api == "legacy":
+            raise RouterError("the legacy worker API of the router %s has no PUT /workers/{id}"
+                              % self.base)
+        status, text = self._call("PUT", "/workers/" + str(worker_id), body)
+        if status not in (200, 202):
+            raise RouterError("PUT %s/workers/%s (%s as %s) answered %s: %s"
+                              % (self.base, worker_id, body.get("url"), body.get("worker_type"),
+                                 status, text[:300]))
 
     def remove(self, url, rows=None):
         url = normalize_url(url)
@@ -373,6 +437,53 @@ class Router(object):
             raise RouterError("removing %s from the router %s answered %s: %s"
                               % (url, self.base, status, text[:300]))
         return True
+
+
+def _with_key(body, api_key):
+    """``body`` with the worker's own key when it carries none."""
+    if api_key and not body.get("api_key"):
+        body = dict(body, api_key=api_key)
+    return body
+
+
+def pd_bodies(router, payloads, adding=()):
+    """The checked PD bodies (``_router_pd.check_payloads``) of ``payloads`` (``{url:
+    body}``), or None without any (None or empty: the router's regular mode, today's
+    calls). A router in PD mode never gets a worker without a role: refuses, before
+    anything changes, a URL of ``adding`` (those the call may add) without a body, and
+    the legacy API (its ``/add_worker`` takes no role)."""
+    if not payloads:
+        return None
+    from ansible_collections.gpufleet.sglang.plugins.module_utils.router import _router_pd
+
+    if router.api == "legacy":
+        raise RouterError("the router %s has the legacy worker API (/add_worker), which adds "
+                          "no worker with its prefill or decode role; a router with PD workers "
+                          "needs smg or sglang-router 0.3.x" % router.base)
+    bodies = _router_pd.check_payloads(payloads)
+    _router_pd.refuse_roleless(bodies, adding, router.base)
+    return bodies
+
+
+def misregistered(rows, bodies):
+    """The rows of ``rows`` listed with another role or bootstrap port than ``bodies``
+    say (``_router_pd.misregistered_rows``: ``[{"id", "url", "listed", "payload"}]``); []
+    without bodies."""
+    if not bodies:
+        return []
+    from ansible_collections.gpufleet.sglang.plugins.module_utils.router import _router_pd
+
+    return _router_pd.misregistered_rows(rows, bodies)
+
+
+def _roles_wrong(rows, urls, bodies):
+    """Those of ``urls`` (each with a body) that no row lists, or that a row lists with
+    another role than its body's (rows on their way out are left out)."""
+    urls = [u for u in urls if u in bodies]
+    present = set(r["url"] for r in rows if not is_leaving(r))
+    wrong = set(m["url"] for m in misregistered([r for r in rows if r["url"] in urls],
+                                                dict((u, bodies[u]) for u in urls)))
+    return [u for u in urls if u not in present or u in wrong]
 
 
 def wait_for(condition, timeout, interval, clock=time.monotonic, sleep=time.sleep):
@@ -411,13 +522,47 @@ def take_out(router, urls, min_serving, timeout, interval, **clock):
     return {"before": before, "after": after, "elapsed_s": elapsed, "removed": removed}
 
 
-def put_back(router, urls, timeout, interval, keys=None, **clock):
+def _repair(router, rows, bodies, keys, timeout, interval, **clock):
+    """Put right each row of ``rows`` that is listed with another role than its body's:
+    ``PUT /workers/{id}`` with the whole body (and the worker's own key), or, where PUT
+    cannot change the role (``router.put_replaces`` false), remove it and wait until its
+    row has gone. Returns ``(repaired, readd, elapsed)``: the URLs put right, those still
+    to add (the removed ones) and the seconds waited."""
+    wrong = misregistered(rows, bodies)
+    repaired = [m["url"] for m in wrong]
+    if not wrong:
+        return [], [], 0.0
+    if router.put_replaces:
+        for m in wrong:
+            router.put(m["id"], _with_key(m["payload"], keys.get(m["url"])))
+        return repaired, [], 0.0
+    for m in wrong:
+        router.remove(m["url"], rows)
+    gone, elapsed = _wait_rows(router, lambda now: not any(r["url"] in repaired for r in now),
+                               timeout, interval, **clock)
+    if gone is None:
+        raise RouterError("the router %s still lists %s %.0f s after its removal; it cannot be "
+                          "added again with its role before that row has gone"
+                          % (router.base, ", ".join(repaired), timeout))
+    return repaired, repaired, elapsed
+
+
+def put_back(router, urls, timeout, interval, keys=None, payloads=None, **clock):
     """Add ``urls`` (those not listed yet; ``keys`` maps a URL to the worker's own API key)
     and wait until the router lists each as healthy and ready. A URL the router still
     lists as draining is added once that row has gone. Returns ``{"before", "after",
-    "elapsed_s", "added"}``."""
+    "elapsed_s", "added"}``.
+
+    ``payloads`` (``{url: body}``, filter ``router_pd_payloads``; None or empty: the
+    router's regular mode, today's calls): a router in PD mode. Each URL is added with its
+    body (its role), a URL of ``urls`` without one is refused before anything changes
+    (:func:`pd_bodies`), and, before the adds, every row the router lists with another
+    role than its body's is put right (:func:`_repair`); the wait then also waits until
+    each of ``urls`` and each repaired URL is listed with its role. The answer has
+    ``repaired`` (the URLs put right) too."""
     urls = [normalize_url(u) for u in urls]
     keys = dict((normalize_url(k), v) for k, v in (keys or {}).items())
+    bodies = pd_bodies(router, payloads, urls)
     before, settle = _wait_rows(router, lambda rows: not leaving(rows, urls), timeout,
                                 interval, **clock)
     if before is None:
@@ -426,27 +571,56 @@ def put_back(router, urls, timeout, interval, keys=None, **clock):
                           % (router.base, ", ".join(leaving(router.workers(), urls)), timeout))
     listed = set(r["url"] for r in before)
     added = [u for u in urls if u not in listed]
-    for u in added:
-        router.add(u, keys.get(u))
+    repaired = []
+    if bodies is None:
+        for u in added:
+            router.add(u, keys.get(u))
+    else:
+        repaired, readd, waited = _repair(router, before, bodies, keys, timeout, interval,
+                                          **clock)
+        settle += waited
+        for u in added + readd:
+            router.add(u, keys.get(u), bodies[u])
+    watched = urls + [u for u in repaired if u not in urls]
 
     def routed():
         rows = router.workers()
         ok = set(serving(rows)) if router.api != "legacy" else set(r["url"] for r in rows)
+        if bodies is not None and _roles_wrong(rows, watched, bodies):
+            return None
         return rows if set(urls) <= ok else None
 
     after, elapsed = wait_for(routed, timeout, interval, **clock)
     if after is None:
         rows = router.workers()
+        wrong = _roles_wrong(rows, watched, bodies) if bodies is not None else []
+        if wrong:
+            put = router.put_replaces and bool(set(wrong) & set(repaired))
+            raise RouterError(
+                "the router %s does not list %s with the role of its payload %.0f s after %s: "
+                "it lists %s%s" % (
+                    router.base, ", ".join(wrong), timeout,
+                    "PUT /workers/{id}" if put else "the add", json.dumps(rows),
+                    "; a role that a PUT left as it was is a release whose PUT cannot change "
+                    "worker_type (smg up to 1.3.3, sglang-router 0.3.x)" if put else ""))
         raise RouterError("the router %s does not route to %s %.0f s after the add: it lists "
                           "%s" % (router.base, ", ".join(urls), timeout, json.dumps(rows)))
-    return {"before": before, "after": after, "elapsed_s": round(settle + elapsed, 3),
-            "added": added}
+    out = {"before": before, "after": after, "elapsed_s": round(settle + elapsed, 3),
+           "added": added}
+    if bodies is not None:
+        out["repaired"] = repaired
+    return out
 
 
-def converge(router, plan, timeout, interval, keys=None, **clock):
+def converge(router, plan, timeout, interval, keys=None, payloads=None, **clock):
     """Apply one router's membership ``plan`` (``_router_fleet.membership``): remove what
     must go and wait until it is gone, then add what is missing and wait until the router
-    routes to it. Returns ``{"before", "after", "elapsed_s", "added", "removed"}``."""
+    routes to it. Returns ``{"before", "after", "elapsed_s", "added", "removed"}``.
+
+    With ``payloads`` (see :func:`put_back`; an add without a body is refused before the
+    removals), the adds carry each URL's body, and the rows listed with another role are
+    put right even when nothing is to be added; the answer has ``repaired`` too."""
+    bodies = pd_bodies(router, payloads, plan.get("add") or [])
     before = router.workers()
     removed = [normalize_url(u) for u in plan.get("remove") or []]
     for u in removed:
@@ -459,13 +633,18 @@ def converge(router, plan, timeout, interval, keys=None, **clock):
         if after is None:
             raise RouterError("the router %s still routes to %s %.0f s after the removal"
                               % (router.base, ", ".join(removed), timeout))
-    added = []
-    if plan.get("add"):
-        res = put_back(router, plan["add"], timeout, interval, keys, **clock)
+    added, repaired = [], []
+    if plan.get("add") or misregistered(after, bodies):
+        res = put_back(router, plan.get("add") or [], timeout, interval, keys,
+                       payloads=payloads, **clock)
         added, after = res["added"], res["after"]
+        repaired = res.get("repaired", [])
         elapsed += res["elapsed_s"]
-    return {"before": before, "after": after, "elapsed_s": round(elapsed, 3),
-            "added": added, "removed": removed}
+    out = {"before": before, "after": after, "elapsed_s": round(elapsed, 3),
+           "added": added, "removed": removed}
+    if bodies is not None:
+        out["repaired"] = repaired
+    return out
 
 
 def drain(read_metrics, timeout, interval, quiet=DRAIN_QUIET_S, **clock):

@@ -32,6 +32,7 @@ __metaclass__ = type
 import re
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils.router import _router
+from ansible_collections.gpufleet.sglang.plugins.module_utils.router import _router_pd
 from ansible_collections.gpufleet.sglang.plugins.module_utils.router._router import is_leaving
 
 DEFAULT_ROUTER_PORT = 30000
@@ -126,7 +127,19 @@ def batch_urls(hosts, hostvars, flag, url_var):
     return out
 
 
-def membership(candidates, held, healthy, rows):
+def _pd_plan(rows, candidates, payloads, skip=()):
+    """With ``payloads`` (a router in PD mode, see ``_router.put_back``): refuse a
+    candidate without a body (``_router.RouterError`` naming it), and return the URLs the
+    router lists with another role than their body's, less ``skip``; None without
+    payloads."""
+    if not payloads:
+        return None
+    bodies = _router_pd.check_payloads(payloads)
+    _router_pd.refuse_roleless(bodies, candidates)
+    return [m["url"] for m in _router.misregistered(rows, bodies) if m["url"] not in skip]
+
+
+def membership(candidates, held, healthy, rows, payloads=None):
     """What one router must change.
 
     ``candidates``: the worker URLs of the inventory's servers in this run; ``held``: those
@@ -136,6 +149,11 @@ def membership(candidates, held, healthy, rows):
     not held must be listed; one that is down or held must not; URLs the inventory does
     not name are left alone. A row the router is draining (smg keeps a removed worker so
     for about 5 s) counts as not listed: it routes nothing and goes by itself.
+
+    ``payloads`` (``{url: body}``; None or empty: the regular mode, the answer above): a
+    router in PD mode. A candidate without a body is refused (``_router.RouterError``),
+    and the answer has ``repair`` too: the URLs the router lists with another role than
+    their body's and that stay (``_router.converge`` puts them right).
     """
     held = set(_norm(u) for u in held or [])
     listed = set(r["url"] for r in rows if not is_leaving(r))
@@ -148,7 +166,11 @@ def membership(candidates, held, healthy, rows):
             (keep if url in listed else add).append(url)
         else:
             keep.append(url)
-    return {"add": add, "remove": remove, "keep": keep}
+    plan = {"add": add, "remove": remove, "keep": keep}
+    repair = _pd_plan(rows, candidates, payloads, set(remove))
+    if repair is not None:
+        plan["repair"] = repair
+    return plan
 
 
 def membership_report(router, rows, candidates, held, healthy):
@@ -207,7 +229,7 @@ def unlisted(urls, rows):
     return out
 
 
-def restore(candidates, held, healthy, rows):
+def restore(candidates, held, healthy, rows, payloads=None):
     """What one router puts back before any batch leaves; it never removes.
 
     ``candidates``: the worker URLs of the servers that serve the target (see
@@ -215,6 +237,9 @@ def restore(candidates, held, healthy, rows):
     None}`` for the unlisted ones (None, or absent: not asked); ``rows``: the router's list.
     Returns ``{"add": [...], "unlisted": [...], "not_ready": [{"url", "reason"}]}``: a
     candidate the router lists is left alone, and so is one that is held or not healthy.
+    With ``payloads`` (a router in PD mode, as :func:`membership` takes them) a candidate
+    without a body is refused, and the answer has ``repair``: the listed URLs whose row
+    has another role than their body's.
     """
     held = set(_norm(u) for u in held or [])
     missing = unlisted(candidates, rows)
@@ -229,28 +254,45 @@ def restore(candidates, held, healthy, rows):
             not_ready.append({"url": url, "reason": "/health does not answer 200"})
         else:
             not_ready.append({"url": url, "reason": "health not asked"})
-    return {"add": add, "unlisted": missing, "not_ready": not_ready}
+    plan = {"add": add, "unlisted": missing, "not_ready": not_ready}
+    repair = _pd_plan(rows, candidates, payloads)
+    if repair is not None:
+        plan["repair"] = repair
+    return plan
 
 
 def put_back_unlisted(router, candidates, held, probe, timeout, interval, keys=None,
-                      check=False, **clock):
+                      check=False, payloads=None, **clock):
     """One router's put-back before any batch leaves (``router_worker``'s
     ``state: restored``): read its list, ask ``probe(url)`` (True when the server's
     ``/health`` answers 200) for the candidates it does not list and that are not held
     (none when it lists every one), and put back the healthy ones with
     ``_router.put_back``, which waits until the router routes to each. With ``check``
     nothing is added. Returns ``{"before", "after", "added", "unlisted", "not_ready",
-    "elapsed_s"}``."""
+    "elapsed_s"}``.
+
+    With ``payloads`` (a router in PD mode, see ``_router.put_back``): a candidate without
+    a body is refused before anything changes (and before any probe), each add carries
+    its body, the listed rows with another role than their body's are put right (with
+    ``check``: named only), and the answer has ``repaired``."""
+    if payloads:
+        # refused before the list: the same refusal _router.put_back makes
+        _router.pd_bodies(router, payloads, candidates)
     rows = router.workers()
     held = [_norm(u) for u in held or []]
     healthy = dict((u, bool(probe(u))) for u in unlisted(candidates, rows) if u not in held)
-    plan = restore(candidates, held, healthy, rows)
+    plan = restore(candidates, held, healthy, rows, payloads)
     out = {"before": rows, "after": rows, "added": plan["add"], "unlisted": plan["unlisted"],
            "not_ready": plan["not_ready"], "elapsed_s": 0.0}
-    if check or not plan["add"]:
+    if "repair" in plan:
+        out["repaired"] = plan["repair"]
+    if check or not (plan["add"] or plan.get("repair")):
         return out
-    res = _router.put_back(router, plan["add"], timeout, interval, keys, **clock)
+    res = _router.put_back(router, plan["add"], timeout, interval, keys, payloads=payloads,
+                           **clock)
     out.update(after=res["after"], added=res["added"], elapsed_s=res["elapsed_s"])
+    if "repaired" in res:
+        out["repaired"] = res["repaired"]
     return out
 
 

@@ -44,6 +44,7 @@ import re
 from ansible_collections.gpufleet.sglang.plugins.module_utils.router._router import (
     RouterError,
     api_for,
+    is_leaving,
     normalize_url,
 )
 
@@ -301,3 +302,83 @@ def misregistered(listed, workers):
                         "listed": {"worker_type": kind, "bootstrap_port": port},
                         "payload": worker_payload(w)})
     return out
+
+
+def check_payloads(given):
+    """The bodies of ``given`` (``{url: body}``, :func:`payloads`' answer and the filter
+    ``router_pd_payloads``'), checked: keyed by the normalized URL, each a copy whose
+    ``url`` is that URL, whose ``worker_type`` is prefill or decode and whose
+    ``bootstrap_port``, when given (a prefill server's only), is a port (an int). Other keys
+    of a body (``api_key``, smg's ``labels``...) pass unchanged. Refuses, every problem at
+    once, a body that is not a mapping, another role, a body whose ``url`` is another
+    worker's, a bad port and a port on a decode worker (a row without one never matches
+    it, so the worker would be put right at every call)."""
+    out, problems = {}, []
+    for key, body in (given or {}).items():
+        url = normalize_url(key)
+        if not isinstance(body, dict):
+            problems.append("the PD payload of %s is %r; expected a mapping with worker_type"
+                            % (url, body))
+            continue
+        if body.get("url") not in (None, "") and normalize_url(body["url"]) != url:
+            problems.append("the PD payload of %s names another url, %s" % (url, body["url"]))
+            continue
+        role = str(body.get("worker_type") or "").strip().lower()
+        if role not in ROLES:
+            problems.append("the PD payload of %s has worker_type %r; expected prefill or decode "
+                            "(a router in PD mode routes nothing to a regular worker)"
+                            % (url, body.get("worker_type")))
+            continue
+        checked = dict(body, url=url, worker_type=role)
+        port = body.get("bootstrap_port")
+        if port is not None:
+            if role != "prefill":
+                problems.append("the PD payload of %s gives a bootstrap_port to a decode worker; "
+                                "only a prefill server has one" % url)
+                continue
+            try:
+                checked["bootstrap_port"] = _bootstrap_port(port, url)
+            except RouterError as exc:
+                problems.append(str(exc))
+                continue
+            if checked["bootstrap_port"] is None:
+                del checked["bootstrap_port"]
+        if url in out:
+            problems.append("the PD payloads name %s twice" % url)
+            continue
+        out[url] = checked
+    if problems:
+        raise RouterError("; ".join(problems))
+    return out
+
+
+def refuse_roleless(bodies, adding, router=""):
+    """A router in PD mode never gets a worker without a role: refuse the URLs of
+    ``adding`` (those a call may add) that ``bodies`` (:func:`check_payloads`'s answer)
+    has no body for, naming them (and ``router``, the router's URL, when given)."""
+    roleless = []
+    for url in (normalize_url(u) for u in adding or []):
+        if url not in bodies and url not in roleless:
+            roleless.append(url)
+    if roleless:
+        raise RouterError(
+            "%sgiven PD payloads but none for %s: a router in PD mode routes nothing to a "
+            "worker added without its role (prefill or decode), so %s not added; render the "
+            "payloads for every server behind it (filter gpufleet.sglang.router_pd_payloads)"
+            % ("the router %s is " % router if router else "", ", ".join(roleless),
+               "it is" if len(roleless) == 1 else "they are"))
+
+
+def misregistered_rows(rows, bodies):
+    """:func:`misregistered` over the router's rows (``_router.worker_table``'s, which keep
+    smg's ``worker_type`` and ``bootstrap_port``; a row on its way out is left out: it
+    routes nothing and goes by itself) against ``bodies`` (:func:`check_payloads`'s
+    answer). Returns its list, each ``payload`` being the URL's whole body (``api_key``
+    and other keys with it: ``PUT /workers/{id}`` replaces the whole registration)."""
+    workers = [{"url": url, "role": body["worker_type"],
+                "bootstrap_port": body.get("bootstrap_port")}
+               for url, body in bodies.items()]
+    found = misregistered({"workers": [r for r in rows or [] if not is_leaving(r)]}, workers)
+    for m in found:
+        m["payload"] = dict(bodies[m["url"]])
+    return found

@@ -6,13 +6,15 @@ Two parts:
   scheduler and a link, scored by the tune's own goodput (``tune/metrics.py``): PD wins
   where prefill interference dominates and loses once the link is slow, from the two
   mechanisms (decode stalls during a co-located prefill; KV bytes / link bandwidth), not
-  from a setting;
+  from a setting; then N prefill x M decode servers behind one router (``simulate_pd``):
+  its routing, its links (one per server and direction), and which layout wins;
 * the HTTP servers: a prefill and a decode emulator talking over their bootstrap server and
   a real socket, with the release's timeouts, error texts, refusals and metrics.
 """
 
 # the emus fixture, as in test_emulator.py
 # pylint: disable=redefined-outer-name
+import functools
 import json
 import random
 import threading
@@ -121,6 +123,171 @@ def test_wire_bytes_per_token_per_attention_rank():
     assert emu_pd.wire_bytes_per_token(mem, {"tp_size": 8, "enable_dp_attention": True,
                                              "attn_dp_size": 8}) == 2000
     assert emu_pd.wire_bytes_per_token(None, {"tp_size": 1}) == emu_pd.FALLBACK_KV_BYTES_PER_TOKEN
+
+
+# ---------------------------------------------------------------- N prefill x M decode
+
+PD_CONCURRENCIES = (4, 16)  # the co-located server's best point (4) and the PD load (16)
+XFER_S = 8192 * 70272 * 8 / SLOW  # one 8,192-token prompt's KV on 10 Gbit/s: 3.68 s
+
+
+_SERVER_MODEL = bench.server_model
+
+
+@functools.lru_cache(maxsize=None)
+def _server_model(release, argv):
+    return _SERVER_MODEL(release, list(argv))
+
+
+@pytest.fixture
+def models_once(monkeypatch):
+    """``bench.server_model`` once per argv (``measure_pd`` builds both roles' models at
+    each call; a model is read, never changed, by the schedulers)."""
+
+    def server_model(release, argv, **kwargs):
+        if kwargs:
+            return _SERVER_MODEL(release, argv, **kwargs)
+        return _server_model(release, tuple(argv))
+
+    monkeypatch.setattr(bench, "server_model", server_model)
+
+
+@functools.lru_cache(maxsize=None)
+def _pd_run(layout, input_len, output_len, conc, link=None):
+    """``(bench line, parsed result, GPUs)`` of one load, 4 x ``conc`` requests: ``layout``
+    "co" (a co-located ep8 server) or ``(n_prefill, n_decode)`` ep8 servers (cached: the
+    tests below share runs; nobody changes what it returns)."""
+    num = 4 * conc
+    if layout == "co":
+        line = bench.run(bench.server_model("0.5.23", EP8)[0], conc, num, input_len, output_len)
+        gpus = 8
+    else:
+        line = emu_pd.measure_pd("0.5.23", PREFILL, DECODE, link, conc, num, input_len,
+                                 output_len, n_prefill=layout[0], n_decode=layout[1])
+        gpus = line["gpus"]
+    return line, _bench_tool.parse_bench_serving(line, concurrency=conc, num_prompts=num), gpus
+
+
+def _pd_trial(layout, input_len, output_len, link=None, concs=PD_CONCURRENCIES):
+    runs = [_pd_run(layout, input_len, output_len, conc, link) for conc in concs]
+    return tune_metrics.trial([r[1] for r in runs], runs[0][2], SLO)
+
+
+def _tok_s(layout, link, conc=16, input_len=8192, output_len=256):
+    return _pd_run(layout, input_len, output_len, conc, link)[0]["output_throughput"]
+
+
+@pytest.mark.usefixtures("models_once")
+def test_simulate_pair_is_the_1x1_case_and_gpus_add_up():
+    p_model = bench.server_model("0.5.23", PREFILL)[0]
+    d_model = bench.server_model("0.5.23", DECODE)[0]
+    pair = emu_pd.simulate_pair(p_model, d_model, 70272 * 8, SLOW, 4, 8, 2048, 32)
+    assert pair == emu_pd.simulate_pd([p_model], [d_model], 70272 * 8, SLOW, 4, 8, 2048, 32)
+    assert pair["emulator_pd_layout"] == "1P1D"
+    assert emu_pd.measure_pair("0.5.23", PREFILL, DECODE, FAST, 4, 8, 2048, 32) == \
+        emu_pd.measure_pd("0.5.23", PREFILL, DECODE, FAST, 4, 8, 2048, 32)
+    for layout, gpus in (((1, 1), 16), ((1, 2), 24), ((2, 1), 24), ((2, 2), 32)):
+        line = _pd_run(layout, 8192, 256, 16, FAST)[0]
+        assert line["gpus"] == gpus and line["emulator_pd_layout"] == "%dP%dD" % layout
+        assert line["completed"] == 64
+    with pytest.raises(ValueError):
+        emu_pd.measure_pd("0.5.23", PREFILL, DECODE, FAST, 4, 8, 2048, 32, n_decode=0)
+
+
+@pytest.mark.usefixtures("models_once")
+def test_the_router_splits_prefills_round_robin_and_decodes_by_fewest_requests():
+    """Round robin over the prefill servers whatever their load; the decode server holding
+    the fewest requests, ties to the lowest index: 16 clients keep both decode servers
+    equally busy, one client finds both empty at each arrival and always gets decode 0."""
+    line = _pd_run((1, 2), 8192, 256, 16, FAST)[0]
+    assert line["emulator_prefill_requests"] == [64]
+    assert line["emulator_decode_requests"] == [32, 32]
+    peak = line["emulator_decode_peak_running"]
+    assert peak[0] == peak[1] > 0
+    line = _pd_run((2, 1), 8192, 256, 16, FAST)[0]
+    assert line["emulator_prefill_requests"] == [32, 32] and line["emulator_decode_requests"] == [64]
+    line = _pd_run((2, 2), 8192, 256, 1, FAST)[0]
+    assert line["emulator_prefill_requests"] == [2, 2]
+    assert line["emulator_decode_requests"] == [4, 0]
+
+
+@pytest.mark.usefixtures("models_once")
+def test_long_prompts_at_16_clients_pd_wins_on_a_fast_link_and_loses_on_a_slow_one():
+    """8,192 in / 256 out at 16 clients, by the tune's own score: the co-located ep8 server
+    stalls its decoders for every prefill (TPOT p99 45 ms > 25 ms), 1P1D and 1P2D decode
+    at one step (15.4 ms) and win on 400 Gbit/s; on 10 Gbit/s each prompt's KV takes
+    3.7 s on the link, their TTFT p99 is 57 s, no point meets the SLO and they lose.
+
+    With the co-located server's own best load in the sweep (4 clients, 20.4 tok/s per
+    GPU), 1P1D still wins (24.7) but 1P2D does not (16.5): its one prefill server is the
+    bottleneck, so the second decode server adds 8 GPUs and no tokens."""
+    at16 = functools.partial(_pd_trial, input_len=8192, output_len=256, concs=(16,))
+    co16 = at16("co")
+    assert not co16[0]["meets_slo"] and co16[0]["tpot_p99_ms"] > SLO["tpot_p99_ms"]
+    for layout in ((1, 1), (1, 2)):
+        fast, slow = at16(layout, link=FAST), at16(layout, link=SLOW)
+        assert fast[0]["meets_slo"] and fast[0]["tpot_p99_ms"] == pytest.approx(1000.0 / 65.0, rel=0.01)
+        assert not slow[0]["meets_slo"] and slow[0]["ttft_p99_ms"] > SLO["ttft_p99_ms"]
+        assert tune_metrics.score(fast) > tune_metrics.score(co16) > tune_metrics.score(slow), layout
+    # the co-located server at its best concurrency: the second decode server does not pay
+    co = _pd_trial("co", 8192, 256)
+    one_one, one_two = _pd_trial((1, 1), 8192, 256, FAST), _pd_trial((1, 2), 8192, 256, FAST)
+    assert tune_metrics.goodput(co)[1]["concurrency"] == 4
+    assert tune_metrics.score(one_one) > tune_metrics.score(co) > tune_metrics.score(one_two)
+    assert _tok_s((1, 2), FAST) == pytest.approx(_tok_s((1, 1), FAST), rel=0.01)
+    # control: the second prefill server is what pays (the prefill is the bottleneck)
+    two_one = _pd_trial((2, 1), 8192, 256, FAST)
+    assert tune_metrics.score(two_one) > tune_metrics.score(one_one)
+    for layout in ((1, 1), (1, 2), (2, 1), (2, 2)):
+        assert tune_metrics.score(co) > tune_metrics.score(_pd_trial(layout, 8192, 256, SLOW)), layout
+
+
+@pytest.mark.usefixtures("models_once")
+def test_short_prompts_no_pd_layout_wins_on_either_link():
+    """512 in / 512 out: a prefill is one short forward, nothing to win back, and every PD
+    layout spends 16 to 32 GPUs where the co-located server spends 8 (co-located 120.5
+    tok/s per GPU at 16 clients, the best PD layout 60.4). Control: the input alone flips
+    it, 1P1D on the fast link wins with 8,192-token prompts."""
+    co = tune_metrics.score(_pd_trial("co", 512, 512))
+    for layout in ((1, 1), (1, 2), (2, 1), (2, 2)):
+        for link in (FAST, SLOW):
+            assert co > tune_metrics.score(_pd_trial(layout, 512, 512, link)), (layout, link)
+    long_co = tune_metrics.score(_pd_trial("co", 8192, 256))
+    assert tune_metrics.score(_pd_trial((1, 1), 8192, 256, FAST)) > long_co
+
+
+@pytest.mark.usefixtures("models_once")
+def test_each_server_has_its_own_link():
+    """On 10 Gbit/s an 8,192-token prompt's KV holds its prefill's egress and its decode's
+    ingress for 3.68 s, so the output is link-bound at (number of links that can run at
+    once) x 256 tokens / 3.68 s. 1P2D: every transfer leaves by the one prefill's egress,
+    so it gets no more than 1P1D (ingress half used each); 2P1D: every transfer enters by
+    the one decode's ingress, no more either; 2P2D: two of each, twice 1P1D.
+
+    Control: on 400 Gbit/s the prefill is the bottleneck instead, and the second prefill
+    server (2P1D) is what pays, while on 10 Gbit/s it takes the second decode as well
+    (2P2D); by the tune's score the link flips the winner between 2P1D and 2P2D."""
+    bound = 256 / XFER_S
+    one = _tok_s((1, 1), SLOW)
+    assert one == pytest.approx(bound, rel=0.03)  # 68.2 against 69.5: the first prefill and the last decode are off the link
+    line = _pd_run((1, 2), 8192, 256, 16, SLOW)[0]
+    assert line["output_throughput"] == pytest.approx(one, rel=0.01)
+    assert line["emulator_egress_utilization"][0] > 0.95
+    assert all(0.4 < u < 0.55 for u in line["emulator_ingress_utilization"])
+    line = _pd_run((2, 1), 8192, 256, 16, SLOW)[0]
+    assert line["output_throughput"] == pytest.approx(one, rel=0.01)
+    assert line["emulator_ingress_utilization"][0] > 0.95
+    assert all(0.4 < u < 0.55 for u in line["emulator_egress_utilization"])
+    line = _pd_run((2, 2), 8192, 256, 16, SLOW)[0]
+    assert line["output_throughput"] == pytest.approx(2 * one, rel=0.05)
+    assert all(u > 0.9 for u in line["emulator_egress_utilization"] + line["emulator_ingress_utilization"])
+    # control: fast link, prefill-bound
+    assert _tok_s((2, 1), FAST) > 1.5 * _tok_s((1, 1), FAST)
+    assert _tok_s((1, 2), FAST) == pytest.approx(_tok_s((1, 1), FAST), rel=0.01)
+    score = {(layout, link): tune_metrics.score(_pd_trial(layout, 8192, 256, link))
+             for layout in ((2, 1), (2, 2)) for link in (FAST, SLOW)}
+    assert score[(2, 1), FAST] > score[(2, 2), FAST]
+    assert score[(2, 2), SLOW] > score[(2, 1), SLOW]
 
 
 # ---------------------------------------------------------------- ServerArgs, start

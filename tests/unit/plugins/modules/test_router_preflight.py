@@ -1,6 +1,6 @@
 """router_preflight in PD mode: a stand-in venv whose ``smg launch --help`` prints smg
 1.13.0's real help (tests/fixtures/router-help/), the command line it builds, and its
-refusals (the logic: module_utils/test_router_pd.py; the real binary: roles/router/README.md,
+refusals (the logic: module_utils/router/test_router_pd.py; the real binary: roles/router/README.md,
 "PD mode")."""
 import os
 import stat

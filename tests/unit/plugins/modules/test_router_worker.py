@@ -1,5 +1,5 @@
 """router_worker over HTTP against a small stand-in of smg's worker API and a server's
-/metrics (the logic itself is tested in module_utils/test_router.py; the real smg and
+/metrics (the logic itself is tested in module_utils/router/test_router.py; the real smg and
 sglang-router binaries in the molecule scenario ``router``)."""
 import json
 import threading
@@ -12,7 +12,34 @@ METRICS = ('sglang:num_running_reqs{model_name="m",pp_rank="0",tp_rank="0"} %d.0
            'sglang:num_queue_reqs{model_name="m",pp_rank="0",tp_rank="0"} 0.0\n')
 
 
-class Fake:
+class _Handler(BaseHTTPRequestHandler):
+    """What both stand-ins' handlers share: a JSON (or text) answer, no request log."""
+
+    def _send(self, code, obj):
+        body = (obj if isinstance(obj, str) else json.dumps(obj)).encode()
+        self.send_response(code)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):  # pylint: disable=arguments-differ
+        pass
+
+
+class _Served:
+    """A stand-in served on a free loopback port (``url``) until :meth:`close`."""
+
+    def _serve(self, handler):
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.url = "http://127.0.0.1:%d" % self.httpd.server_address[1]
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class Fake(_Served):
     """smg's /workers (DELETE drops at once) plus /metrics with a running count that
     counts down by one per read."""
 
@@ -23,13 +50,7 @@ class Fake:
         self.keys = {}
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def _send(self, code, obj):
-                body = (obj if isinstance(obj, str) else json.dumps(obj)).encode()
-                self.send_response(code)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+        class Handler(_Handler):
 
             def do_GET(self):  # noqa: N802
                 outer.calls.append(("GET", self.path))
@@ -53,16 +74,7 @@ class Fake:
                 outer.workers.pop(self.path.rsplit("/", 1)[1], None)
                 return self._send(202, {"status": "accepted"})
 
-            def log_message(self, *args):
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = "http://127.0.0.1:%d" % self.httpd.server_address[1]
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self._serve(Handler)
 
 
 def test_out_drain_back(run_module):
@@ -244,3 +256,113 @@ def test_restored_skips_a_router_not_installed_yet(run_module, tmp_path):
         "router_url": "http://127.0.0.1:9", "urls": ["http://a:1"], "state": "restored",
         "api": "workers", "unit_path": str(tmp_path / "none.service")})
     assert not failed and not res["changed"] and "not installed yet" in res["skipped_reason"]
+
+
+class PDFake(_Served):
+    """smg's /workers with roles: POST and GET keep and list ``worker_type`` and
+    ``bootstrap_port``; ``PUT /workers/{id}`` replaces the registration under the same id
+    (smg from 1.4.0). ``calls``: (method, path, body)."""
+
+    def __init__(self, rows):
+        self.workers = dict((str(uuid.uuid4()), dict(row)) for row in rows)
+        self.calls = []
+        outer = self
+
+        class Handler(_Handler):
+
+            def _body(self):
+                return json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+
+            def do_GET(self):  # noqa: N802
+                outer.calls.append(("GET", self.path, None))
+                return self._send(200, {"workers": [
+                    dict(w, id=i, is_healthy=True, status="ready")
+                    for i, w in outer.workers.items()]})
+
+            def do_POST(self):  # noqa: N802
+                body = self._body()
+                outer.calls.append(("POST", self.path, body))
+                outer.workers[str(uuid.uuid4())] = dict(
+                    (k, v) for k, v in body.items() if k in ("url", "worker_type", "bootstrap_port"))
+                return self._send(202, {"status": "accepted"})
+
+            def do_PUT(self):  # noqa: N802
+                body = self._body()
+                outer.calls.append(("PUT", self.path, body))
+                wid = self.path.rsplit("/", 1)[1]
+                outer.workers[wid] = dict(
+                    (k, v) for k, v in body.items() if k in ("url", "worker_type", "bootstrap_port"))
+                return self._send(202, {"status": "accepted", "worker_id": wid})
+
+        self._serve(Handler)
+
+
+PAYLOADS = {"http://a:1": {"url": "http://a:1", "worker_type": "prefill", "bootstrap_port": 8998},
+            "http://b:1": {"url": "http://b:1", "worker_type": "decode"}}
+
+
+def test_present_with_payloads_puts_right_the_role_and_adds_with_it(run_module):
+    """b was added with its URL alone (a regular worker): PUT with its body and its own key,
+    same id; a is added with its body; the result names b in repaired; a re-run changes
+    nothing and has no repaired key."""
+    fake = PDFake([{"url": "http://b:1", "worker_type": "regular"}])
+    b_id = next(iter(fake.workers))
+    try:
+        args = {"router_url": fake.url, "api": "workers", "urls": ["http://a:1", "http://b:1"],
+                "state": "present", "interval": 0.05, "payloads": PAYLOADS,
+                "worker_api_keys": {"http://b:1": "kb"}}
+        res, failed = run_module(router_worker, dict(args, _ansible_check_mode=True))
+        assert not failed and res["changed"] and res["added"] == ["http://a:1"]
+        assert res["repaired"] == ["http://b:1"] and [c[0] for c in fake.calls] == ["GET"]
+        fake.calls[:] = []
+        res, failed = run_module(router_worker, args)
+        assert not failed and res["changed"], res
+        assert res["added"] == ["http://a:1"] and res["repaired"] == ["http://b:1"]
+        assert [c for c in fake.calls if c[0] != "GET"] == [
+            ("PUT", "/workers/" + b_id, {"url": "http://b:1", "worker_type": "decode",
+                                         "api_key": "kb"}),
+            ("POST", "/workers", {"url": "http://a:1", "worker_type": "prefill",
+                                  "bootstrap_port": 8998})]
+        after = dict((w["url"], (w["worker_type"], w.get("bootstrap_port")))
+                     for w in res["workers_after"])
+        assert after == {"http://a:1": ("prefill", 8998), "http://b:1": ("decode", None)}
+        res, failed = run_module(router_worker, args)
+        assert not failed and not res["changed"] and "repaired" not in res
+    finally:
+        fake.close()
+
+
+def test_payloads_refuse_a_url_without_a_role_and_a_key_in_a_body(run_module):
+    fake = PDFake([])
+    try:
+        args = {"router_url": fake.url, "api": "workers", "urls": ["http://a:1", "http://c:1"],
+                "state": "present", "payloads": PAYLOADS}
+        res, failed = run_module(router_worker, args)
+        assert failed and "PD payloads but none for http://c:1" in res["msg"]
+        keyed = dict(PAYLOADS, **{"http://a:1": dict(PAYLOADS["http://a:1"], api_key="s3cret")})
+        res, failed = run_module(router_worker, dict(args, urls=["http://a:1"], payloads=keyed))
+        assert failed and res["msg"].startswith("payloads: the body of http://a:1 carries an api_key")
+        assert "s3cret" not in res["msg"]
+        assert fake.calls == []  # refused before any call
+    finally:
+        fake.close()
+
+
+def test_converged_with_payloads_puts_right_a_listed_row(run_module):
+    up = Fake([])  # a server whose /health answers 200
+    fake = PDFake([{"url": up.url, "worker_type": "regular"}])
+    try:
+        payloads = {up.url: {"worker_type": "decode"}}
+        args = {"router_url": fake.url, "api": "workers", "urls": [up.url], "state": "converged",
+                "interval": 0.05, "request_timeout": 2, "payloads": payloads}
+        res, failed = run_module(router_worker, dict(args, _ansible_check_mode=True))
+        assert not failed and res["changed"] and res["repaired"] == [up.url]
+        assert res["added"] == [] and res["removed"] == []
+        res, failed = run_module(router_worker, args)
+        assert not failed and res["changed"] and res["repaired"] == [up.url]
+        assert [c[0] for c in fake.calls if c[0] != "GET"] == ["PUT"]
+        res, failed = run_module(router_worker, args)
+        assert not failed and not res["changed"] and "repaired" not in res
+    finally:
+        fake.close()
+        up.close()

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils.rollout import _health
+from ansible_collections.gpufleet.sglang.plugins.module_utils.common import _net
 from ansible_collections.gpufleet.sglang.plugins.modules import server_health
 from ansible_collections.gpufleet.sglang.tests.doubles import QuietHandler, start_http, stop_http
 from ansible_collections.gpufleet.sglang.tests.ports import connected_to_itself, free_port
@@ -92,7 +92,7 @@ def test_a_probe_connected_to_itself_is_no_open_port(run_module, monkeypatch, it
         listeners.append(listener)
         return real_create_connection(listener.getsockname(), timeout=timeout)
 
-    monkeypatch.setattr(_health.socket, "create_connection", create_connection)  # the probe
+    monkeypatch.setattr(_net.socket, "create_connection", create_connection)  # the probe
     try:
         result, failed = run_module(server_health, {
             "url": "http://127.0.0.1:%d" % port, "release": "0.5.9", "timeout": 1, "interval": 0.2})

@@ -74,9 +74,11 @@ not from a setting: a co-located server runs every prefill forward as a stall of
 decoders (``engine.Scheduler``: prefill first, no mixed chunk by default), a prefill
 server never decodes, and a decode server never prefills, but a request's first token
 waits for its KV to cross the link (FIFO, one transfer at a time; bytes / bandwidth).
-:func:`simulate_pair` runs a 1P1D pair on a virtual clock with the same schedulers as the
-HTTP servers (:class:`PrefillScheduler`, :class:`DecodeScheduler`), as ``bench.run`` does
-for one server.
+:func:`simulate_pd` runs N prefill and M decode servers behind one router on a virtual
+clock with the same schedulers as the HTTP servers (:class:`PrefillScheduler`,
+:class:`DecodeScheduler`), as ``bench.run`` does for one server: a prefill round robin and
+the decode holding the fewest requests, a link out of each prefill server and one into
+each decode server. :func:`simulate_pair` is its 1P1D case.
 """
 
 import collections
@@ -1501,28 +1503,52 @@ def attach(state):
 
 # ------------------------------------------------------------------ virtual clock
 
-def simulate_pair(prefill_model, decode_model, wire_bytes, link_bytes_per_s, concurrency,
-                  num_prompts, input_len, output_len, client_rtt_s=None, link_latency_s=0.0):
-    """A 1P1D pair under ``bench_serving --max-concurrency`` on a virtual clock: its
-    ``bench_serving`` line (dict), as ``bench.run`` gives for one server.
+def _route_decode(in_flight):
+    """The decode server the router picks: the one holding the fewest requests (the
+    router's own count of what it sent there and has not seen finish), ties to the lowest
+    index. A deterministic stand-in for smg's ``power_of_two`` (two workers sampled at
+    random, the one with the lower load taken; its load falls back to the router's
+    in-flight request count when the workers report no token load): with two decode
+    servers both are always sampled, and only its tie-break is random."""
+    return min(range(len(in_flight)), key=lambda j: (in_flight[j], j))
 
-    ``wire_bytes`` per prompt token cross a link of ``link_bytes_per_s`` (real bytes: the
-    scale of the HTTP servers does not enter here), one transfer after the other (FIFO), each
-    ``link_latency_s`` plus bytes / bandwidth. The clients send each request to both
-    servers at once, as smg does; a request's first token comes from the decode server
-    once its KV is there and the decode's loop takes it in.
+
+def simulate_pd(prefill_models, decode_models, wire_bytes, link_bytes_per_s, concurrency,
+                num_prompts, input_len, output_len, client_rtt_s=None, link_latency_s=0.0):
+    """N prefill and M decode servers behind one router under ``bench_serving
+    --max-concurrency`` on a virtual clock: the ``bench_serving`` line (dict) of the whole,
+    as ``bench.run`` gives for one server, plus the requests each server got.
+
+    ``prefill_models`` and ``decode_models`` are :class:`engine.StepModel` (one per server;
+    each server gets its own scheduler). At a request's arrival the router picks a prefill
+    server round robin and the decode server holding the fewest requests
+    (:func:`_route_decode`), and sends the request to both at once, as smg does. The
+    decode admits it (its prealloc queue), then the prefill runs it; its KV, ``wire_bytes``
+    per prompt token (real bytes: the scale of the HTTP servers does not enter here),
+    leaves by its prefill server's egress link and comes in by its decode server's ingress
+    link, each of ``link_bytes_per_s``. Each link is FIFO: a transfer starts once its
+    prefill is done and both links are free of the transfers that were ready before it,
+    and holds both for ``link_latency_s`` plus bytes / bandwidth. A request's first token
+    comes from its decode server once its KV is there and the decode's loop takes it in.
     """
     from sglang._emulator import bench as _bench  # pylint: disable=import-outside-toplevel
 
+    if not prefill_models or not decode_models:
+        raise ValueError("simulate_pd needs at least one prefill and one decode model")
     if client_rtt_s is None:
         client_rtt_s = _bench.CLIENT_RTT_S
     concurrency = max(int(concurrency), 1)
+    n_p, n_d = len(prefill_models), len(decode_models)
     heap = []
     seq = itertools.count()
-    sent, tokens, pair = {}, {}, {}
-    busy = {"p": False, "d": False}
-    state = {"now": 0.0, "link_free": 0.0, "finished": 0, "link_busy": 0.0, "xfer": []}
+    sent, tokens, pair, route = {}, {}, {}, {}
+    busy_p, busy_d = [False] * n_p, [False] * n_d
+    egress_free, ingress_free = [0.0] * n_p, [0.0] * n_d
+    egress_busy, ingress_busy = [0.0] * n_p, [0.0] * n_d
+    p_count, d_count, d_in_flight = [0] * n_p, [0] * n_d, [0] * n_d
+    state = {"now": 0.0, "finished": 0, "xfer": [], "next_prefill": 0}
     rids = itertools.count(1)
+    seconds = link_latency_s + input_len * wire_bytes / float(link_bytes_per_s)
 
     def push(at, kind, obj):
         heapq.heappush(heap, (at, next(seq), kind, obj))
@@ -1531,8 +1557,8 @@ def simulate_pair(prefill_model, decode_model, wire_bytes, link_bytes_per_s, con
         for dreq in reqs:
             push(state["now"], "meta", dreq)
 
-    prefill = PrefillScheduler(prefill_model)
-    decode = DecodeScheduler(decode_model, on_admit=on_admit)
+    prefills = [PrefillScheduler(model) for model in prefill_models]
+    decodes = [DecodeScheduler(model, on_admit=on_admit) for model in decode_models]
 
     def send(at):
         rid = next(rids)
@@ -1541,34 +1567,35 @@ def simulate_pair(prefill_model, decode_model, wire_bytes, link_bytes_per_s, con
         tokens[rid] = []
         push(at, "arrive", dreq)
 
-    def record(emitted):
+    def record(j, emitted):
         done_here = 0
         for req, _index in emitted:
             tokens[req.rid].append(state["now"])
             if len(tokens[req.rid]) == req.n_out:
                 state["finished"] += 1
+                d_in_flight[j] -= 1
                 done_here += 1
                 if len(sent) < num_prompts:
                     send(state["now"] + done_here * client_rtt_s)
 
-    def kick_prefill():
-        if busy["p"]:
+    def kick_prefill(i):
+        if busy_p[i]:
             return
-        fwd = prefill.plan()
+        fwd = prefills[i].plan()
         if fwd is not None:
-            busy["p"] = True
-            push(state["now"] + fwd.duration, "p_end", fwd)
+            busy_p[i] = True
+            push(state["now"] + fwd.duration, "p_end", (i, fwd))
 
-    def kick_decode():
-        while not busy["d"]:
-            fwd = decode.plan()
+    def kick_decode(j):
+        while not busy_d[j]:
+            fwd = decodes[j].plan()
             if fwd is None:
                 return
             if fwd.duration <= 0:
-                record(decode.apply(fwd))
+                record(j, decodes[j].apply(fwd))
                 continue
-            busy["d"] = True
-            push(state["now"] + fwd.duration, "d_end", fwd)
+            busy_d[j] = True
+            push(state["now"] + fwd.duration, "d_end", (j, fwd))
 
     for n in range(min(concurrency, num_prompts)):
         send(n * client_rtt_s)
@@ -1576,56 +1603,108 @@ def simulate_pair(prefill_model, decode_model, wire_bytes, link_bytes_per_s, con
         at, _n, kind, obj = heapq.heappop(heap)
         state["now"] = at
         if kind == "arrive":
-            decode.submit(obj)
-            kick_decode()
+            i = state["next_prefill"]
+            state["next_prefill"] = (i + 1) % n_p
+            j = _route_decode(d_in_flight)
+            route[obj.rid] = (i, j)
+            p_count[i] += 1
+            d_count[j] += 1
+            d_in_flight[j] += 1
+            decodes[j].submit(obj)
+            kick_decode(j)
         elif kind == "meta":
+            i = route[obj.rid][0]
             preq = _engine.Req(obj.rid, input_len, 1)
             pair[id(preq)] = (preq, obj)
-            prefill.submit(preq)
-            kick_prefill()
+            prefills[i].submit(preq)
+            kick_prefill(i)
         elif kind == "p_end":
-            busy["p"] = False
-            for preq, _index in prefill.apply(obj):
-                seconds = link_latency_s + input_len * wire_bytes / float(link_bytes_per_s)
-                start = max(at, state["link_free"])
-                state["link_free"] = start + seconds
-                state["link_busy"] += seconds
-                state["xfer"].append(state["link_free"] - at)
-                push(state["link_free"], "x_end", preq)
-            kick_prefill()
+            i, fwd = obj
+            busy_p[i] = False
+            for preq, _index in prefills[i].apply(fwd):
+                j = route[preq.rid][1]
+                start = max(at, egress_free[i], ingress_free[j])
+                end = start + seconds
+                egress_free[i] = ingress_free[j] = end
+                egress_busy[i] += seconds
+                ingress_busy[j] += seconds
+                state["xfer"].append(end - at)
+                push(end, "x_end", preq)
+            kick_prefill(i)
         elif kind == "x_end":
             preq, dreq = pair.pop(id(obj))
-            prefill.release(preq)
-            decode.arrive(dreq)
-            kick_prefill()
-            kick_decode()
+            i, j = route[dreq.rid]
+            prefills[i].release(preq)
+            decodes[j].arrive(dreq)
+            kick_prefill(i)
+            kick_decode(j)
         elif kind == "d_end":
-            busy["d"] = False
-            record(decode.apply(obj))
-            kick_decode()
+            j, fwd = obj
+            busy_d[j] = False
+            record(j, decodes[j].apply(fwd))
+            kick_decode(j)
     line = _bench._line(sent, tokens, concurrency, input_len, output_len)  # pylint: disable=protected-access
     xfer = state["xfer"]
+    duration = line["duration"]
+
+    def share(busy):
+        return [b / duration if duration else 0.0 for b in busy]
+
+    egress, ingress = share(egress_busy), share(ingress_busy)
     line.update({
         "emulator_pd": True,
-        "emulator_peak_running": decode.peak_running,
-        "emulator_peak_kv_tokens": decode.peak_kv_used,
+        "emulator_pd_layout": "%dP%dD" % (n_p, n_d),
+        "emulator_peak_running": max(d.peak_running for d in decodes),
+        "emulator_peak_kv_tokens": max(d.peak_kv_used for d in decodes),
         "emulator_mean_transfer_ms": 1000.0 * sum(xfer) / len(xfer) if xfer else 0.0,
-        "emulator_link_utilization": state["link_busy"] / line["duration"] if line["duration"] else 0.0,
+        # the busiest link (one link per server and direction)
+        "emulator_link_utilization": max(egress + ingress),
+        "emulator_egress_utilization": egress,
+        "emulator_ingress_utilization": ingress,
+        "emulator_prefill_requests": p_count,
+        "emulator_decode_requests": d_count,
+        "emulator_decode_peak_running": [d.peak_running for d in decodes],
     })
+    return line
+
+
+def simulate_pair(prefill_model, decode_model, wire_bytes, link_bytes_per_s, concurrency,
+                  num_prompts, input_len, output_len, client_rtt_s=None, link_latency_s=0.0):
+    """A 1P1D pair: :func:`simulate_pd` with one prefill and one decode server (one link
+    between them, FIFO, one transfer after the other)."""
+    return simulate_pd([prefill_model], [decode_model], wire_bytes, link_bytes_per_s,
+                       concurrency, num_prompts, input_len, output_len,
+                       client_rtt_s=client_rtt_s, link_latency_s=link_latency_s)
+
+
+def measure_pd(release, prefill_argv, decode_argv, link_bytes_per_s, concurrency,
+               num_prompts, input_len, output_len, link_latency_s=0.0, n_prefill=1,
+               n_decode=1, **kwargs):
+    """:func:`simulate_pd` for ``n_prefill`` servers launched with ``prefill_argv`` and
+    ``n_decode`` launched with ``decode_argv`` (``bench.server_model`` of each argv: every
+    server of a role runs its role's argv, so they share its model and each gets its own
+    scheduler). The wire bytes per token are the decode server's. Adds ``gpus``, the sum
+    over all the servers."""
+    from sglang._emulator import bench as _bench  # pylint: disable=import-outside-toplevel
+
+    n_prefill, n_decode = int(n_prefill), int(n_decode)
+    if n_prefill < 1 or n_decode < 1:
+        raise ValueError("measure_pd needs n_prefill >= 1 and n_decode >= 1, got %d and %d"
+                         % (n_prefill, n_decode))
+    p_model, p_info = _bench.server_model(release, prefill_argv, **kwargs)
+    d_model, d_info = _bench.server_model(release, decode_argv, **kwargs)
+    wire = wire_bytes_per_token(d_info["memory"], d_info["layout"])
+    line = simulate_pd([p_model] * n_prefill, [d_model] * n_decode, wire, link_bytes_per_s,
+                       concurrency, num_prompts, input_len, output_len,
+                       link_latency_s=link_latency_s)
+    line["gpus"] = n_prefill * p_info["gpus"] + n_decode * d_info["gpus"]
+    line["emulator_wire_bytes_per_token"] = wire
     return line
 
 
 def measure_pair(release, prefill_argv, decode_argv, link_bytes_per_s, concurrency,
                  num_prompts, input_len, output_len, link_latency_s=0.0, **kwargs):
-    """:func:`simulate_pair` for two launch argvs (``bench.server_model`` each); the wire
-    bytes per token are the decode server's. Adds ``gpus`` (both servers')."""
-    from sglang._emulator import bench as _bench  # pylint: disable=import-outside-toplevel
-
-    p_model, p_info = _bench.server_model(release, prefill_argv, **kwargs)
-    d_model, d_info = _bench.server_model(release, decode_argv, **kwargs)
-    wire = wire_bytes_per_token(d_info["memory"], d_info["layout"])
-    line = simulate_pair(p_model, d_model, wire, link_bytes_per_s, concurrency, num_prompts,
-                         input_len, output_len, link_latency_s=link_latency_s)
-    line["gpus"] = p_info["gpus"] + d_info["gpus"]
-    line["emulator_wire_bytes_per_token"] = wire
-    return line
+    """:func:`measure_pd` of a 1P1D pair (``gpus``: both servers')."""
+    return measure_pd(release, prefill_argv, decode_argv, link_bytes_per_s, concurrency,
+                      num_prompts, input_len, output_len, link_latency_s=link_latency_s,
+                      n_prefill=1, n_decode=1, **kwargs)

@@ -7,6 +7,7 @@ decode server, then a fourth server added with its URL alone, which smg lists as
 
 import json
 import os
+import re
 
 import pytest
 
@@ -255,3 +256,58 @@ def test_misregistered_finds_the_worker_added_without_its_role():
     listed = [{"url": w["url"], "role": w["worker_type"], "bootstrap_port": w.get("bootstrap_port")
                or "none"} for w in listing["workers"] if w["worker_type"] != "regular"]
     assert pd.misregistered(listing, pd.normalize_workers(listed)) == []
+
+
+# ---- the bodies router_worker's payloads carry (issue 43, design section 2) ----
+
+@pytest.mark.parametrize("payloads,checked", [
+    ({}, {}),
+    ({"http://a:1/": {"url": "http://a:1", "worker_type": "Prefill", "bootstrap_port": "8998"}},
+     {"http://a:1": {"url": "http://a:1", "worker_type": "prefill", "bootstrap_port": 8998}}),
+    ({"http://a:1": {"worker_type": "prefill", "bootstrap_port": "none"}},
+     {"http://a:1": {"url": "http://a:1", "worker_type": "prefill"}}),
+    ({"http://b:1": {"url": "http://b:1/", "worker_type": "decode", "labels": {"x": "y"}}},
+     {"http://b:1": {"url": "http://b:1", "worker_type": "decode", "labels": {"x": "y"}}}),
+])
+def test_check_payloads_normalizes_the_bodies(payloads, checked):
+    assert pd.check_payloads(payloads) == checked
+
+
+@pytest.mark.parametrize("payloads,message", [
+    ({"http://a:1": "decode"}, "the PD payload of http://a:1 is 'decode'; expected a mapping"),
+    ({"http://a:1": {"worker_type": "regular"}}, "has worker_type 'regular'; expected prefill or decode"),
+    ({"http://a:1": {"url": "http://b:1"}}, "the PD payload of http://a:1 names another url, http://b:1"),
+    ({"http://a:1": {"worker_type": "decode", "bootstrap_port": 8998}},
+     "gives a bootstrap_port to a decode worker"),
+    ({"http://a:1": {"worker_type": "prefill", "bootstrap_port": 70000}},
+     "http://a:1: the prefill server's bootstrap port is 70000"),
+    ({"http://a:1": {"worker_type": "decode"}, "http://a:1/": {"worker_type": "decode"}},
+     "the PD payloads name http://a:1 twice"),
+])
+def test_check_payloads_refuses_a_body_that_names_no_role_or_a_wrong_port(payloads, message):
+    with pytest.raises(r.RouterError, match=re.escape(message)):
+        pd.check_payloads(payloads)
+
+
+def test_misregistered_rows_over_the_routers_table():
+    """The rows of r.worker_table (smg 1.13.0's real answer) against the bodies: the worker
+    added with its URL alone, with its whole body (a key too: PUT replaces all of it); a
+    row on its way out and a URL without a body are left alone."""
+    rows = r.worker_table("workers", real_listing())
+    bodies = pd.check_payloads({
+        "http://127.0.0.1:18001": {"worker_type": "prefill", "bootstrap_port": 18998},
+        "http://127.0.0.1:18002": {"worker_type": "prefill"},
+        "http://127.0.0.1:18012": {"worker_type": "decode", "api_key": "k"},
+    })
+    got = pd.misregistered_rows(rows, bodies)
+    assert [(m["url"], m["listed"], m["payload"]) for m in got] == [(
+        "http://127.0.0.1:18012", {"worker_type": "regular", "bootstrap_port": None},
+        {"url": "http://127.0.0.1:18012", "worker_type": "decode", "api_key": "k"})]
+    assert got[0]["id"] == "01a25088-2ce7-739d-9142-f68e857bbef8"
+    draining = [dict(x, status="draining") if x["url"].endswith("18012") else x for x in rows]
+    assert pd.misregistered_rows(draining, bodies) == []
+    # the bootstrap port counts: 18002 listed without one, its body gives one
+    moved = dict(bodies, **pd.check_payloads(
+        {"http://127.0.0.1:18002": {"worker_type": "prefill", "bootstrap_port": 8998}}))
+    assert [m["url"] for m in pd.misregistered_rows(rows, moved)] == [
+        "http://127.0.0.1:18002", "http://127.0.0.1:18012"]

@@ -7,13 +7,17 @@ the real toolkit on this machine and are skipped only when nvcc is absent.
 
 from __future__ import absolute_import, division, print_function
 
+import json
 import os
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 
+from ansible_collections.gpufleet.sglang.plugins.module_utils.check import _pd
+from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare import _gpu_doctor as doctor
 from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare import _gpu_env as env
 from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare import _gpu_parse as parse
 from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare import _gpu_prereqs as rules
@@ -442,7 +446,7 @@ def test_version_order_and_driver_minimum():
 
 def test_remedies_cite_sections_of_the_shipped_docs():
     """The doctor cites docs/prereqs.md (in the collection), and only sections that exist."""
-    root = os.path.join(HERE, "..", "..", "..", "..")
+    root = os.path.join(HERE, "..", "..", "..", "..", "..")
     with open(os.path.join(root, "docs", "prereqs.md"), encoding="utf-8") as handle:
         doc = handle.read()
     sections = set(re.findall(r"^#{2,3} (\d+(?:\.\d+)?)\.? ", doc, re.MULTILINE))
@@ -461,3 +465,334 @@ def test_remedies_cite_sections_of_the_shipped_docs():
     facts["cuda"] = {"found": False, "home": "/usr/local/cuda"}
     remedy = by_name(rules.evaluate(facts))["cuda_toolkit"]["remedy"]
     assert "docs/prereqs.md §5.1" in remedy
+
+
+# ------------------------------------------------------------- PD: the transport facts
+
+def port(state, link_layer="InfiniBand"):
+    return {"state": state, "link_layer": link_layer}
+
+
+@pytest.mark.parametrize("entries, expect", [
+    # one InfiniBand port, ACTIVE as the kernel prints it (number, name, newline)
+    ({"mlx5_0": {"1": port("4: ACTIVE\n", "InfiniBand\n")}},
+     [{"name": "mlx5_0", "state": "ACTIVE", "link_layers": ["InfiniBand"],
+       "ports": [{"port": 1, "state": "ACTIVE", "link_layer": "InfiniBand", "rdma": "InfiniBand"}]}]),
+    # an Ethernet link layer is RoCE
+    ({"mlx5_bond_0": {"1": port("4: ACTIVE", "Ethernet")}},
+     [{"name": "mlx5_bond_0", "state": "ACTIVE", "link_layers": ["Ethernet"],
+       "ports": [{"port": 1, "state": "ACTIVE", "link_layer": "Ethernet", "rdma": "RoCE"}]}]),
+    # DOWN, INIT, ARMED, ACTIVE_DEFER and an unreadable state are no active port: no device
+    ({"mlx5_0": {"1": port("1: DOWN")}, "mlx5_1": {"1": port("2: INIT")}, "mlx5_2": {"1": port("3: ARMED")},
+      "mlx5_3": {"1": port("5: ACTIVE_DEFER")}, "mlx5_4": {"1": port(None)}, "mlx5_5": {}}, []),
+    # several ports: only the active ones, by number (10 after 2); the state's name alone is read too
+    ({"mlx4_0": {"10": port("ACTIVE", "Ethernet"), "1": port("1: DOWN"), "2": port("4: ACTIVE")}},
+     [{"name": "mlx4_0", "state": "ACTIVE", "link_layers": ["Ethernet", "InfiniBand"],
+       "ports": [{"port": 2, "state": "ACTIVE", "link_layer": "InfiniBand", "rdma": "InfiniBand"},
+                 {"port": 10, "state": "ACTIVE", "link_layer": "Ethernet", "rdma": "RoCE"}]}]),
+    # no link_layer file: kept, kind unknown
+    ({"qib0": {"1": {"state": "4: ACTIVE"}}},
+     [{"name": "qib0", "state": "ACTIVE", "link_layers": [],
+       "ports": [{"port": 1, "state": "ACTIVE", "link_layer": None, "rdma": None}]}]),
+    ({}, []), (None, []), ("mlx5_0", []), ({"mlx5_0": "4: ACTIVE"}, []),
+])
+def test_parse_ib_sysfs(entries, expect):
+    assert parse.parse_ib_sysfs(entries) == expect
+
+
+def test_parse_ib_sysfs_is_what_host_transport_takes():
+    devices = parse.parse_ib_sysfs({"mlx5_10": {"1": port("4: ACTIVE")}, "mlx5_2": {"1": port("4: ACTIVE", "Ethernet")},
+                                    "mlx5_3": {"1": port("1: DOWN")}})
+    got = _pd.host_transport({"ib_devices": devices, "peermem": True})
+    assert got == {"rdma": ["mlx5_2", "mlx5_10"], "gpudirect": True, "missing": []}
+    # the control: every port down is no RDMA device
+    down = _pd.host_transport({"ib_devices": parse.parse_ib_sysfs({"mlx5_0": {"1": port("1: DOWN")}}),
+                               "peermem": True})
+    assert down["rdma"] == [] and down["missing"][0].startswith("no RDMA device")
+
+
+def make_sysfs(root, entries, link=None):
+    """A /sys/class/infiniband tree under ``root``: ``entries`` as parse_ib_sysfs takes them
+    (None: no file); the devices named in ``link`` are symlinks, as in sysfs."""
+    for dev, ports in entries.items():
+        where = root / dev
+        if link and dev in link:
+            where = root.parent / "devices" / dev
+            root.mkdir(parents=True, exist_ok=True)
+        for number, files in ports.items():
+            directory = where / "ports" / number
+            directory.mkdir(parents=True)
+            for name, text in files.items():
+                if text is not None:
+                    (directory / name).write_text(text + "\n")
+        if link and dev in link:
+            os.symlink(str(where), str(root / dev))
+    return str(root)
+
+
+def engine_line(imports, packages=None, error=None):
+    return "\n" + doctor._ENGINE_MARK + json.dumps({"imports": imports, "packages": packages or {}, "error": error}) + "\n"
+
+
+class FakeModule(object):
+    """What the Prober needs of an AnsibleModule: the collection's runner calls run_command,
+    answered by ``answer(argv) -> (rc, stdout, stderr)``; every argv is kept."""
+
+    def __init__(self, answer, bins=None):
+        self.answer, self.bins, self.calls = answer, bins or {}, []
+
+    def get_bin_path(self, name):
+        return self.bins.get(name)
+
+    def run_command(self, cmd, environ_update=None, cwd=None, data=None, binary_data=False):
+        self.calls.append(list(cmd))
+        return self.answer(list(cmd))
+
+
+H200_SYSFS = dict(("mlx5_%d" % i, {"1": port("4: ACTIVE")}) for i in range(9))
+H200_SYSFS["mlx5_9"] = {"1": port("1: DOWN")}
+
+
+def h200_answers(engines):
+    """nvidia-smi of the H200 x8 host (its real topo -m), and the venv's interpreter answering
+    the engine probe from ``engines`` (module -> stdout, or (rc, stdout, stderr))."""
+    query = "".join("%d, NVIDIA H200, 143771 MiB, 9.0, 570.133.20, 00000000:%02X:00.0\n" % (i, 0x18 + i)
+                    for i in range(8))
+
+    def answer(argv):
+        if argv[-2:] == ["topo", "-m"]:
+            return 0, read(SMI, "h200-x8-topo.txt"), ""
+        if argv[1].startswith("--query-gpu="):
+            return 0, query, ""
+        if argv[1].startswith("--query-compute-apps="):
+            return 0, "", ""
+        if argv[1:3] == ["-I", "-c"] and argv[3] == doctor._ENGINE_SNIPPET:
+            got = engines.get(argv[4], engine_line(False, error="ModuleNotFoundError: No module named 'x'"))
+            return got if isinstance(got, tuple) else (0, got, "")
+        return 127, "", "unexpected %r" % argv
+
+    return answer
+
+
+def test_prober_transport_of_an_h200_host(tmp_path):
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("")
+    root = make_sysfs(tmp_path / "class" / "infiniband", H200_SYSFS, link=["mlx5_0"])
+    (tmp_path / "module" / "nvidia_peermem").mkdir(parents=True)
+    module = FakeModule(h200_answers({
+        "mooncake.engine": "INFO transfer engine banner\n" + engine_line(
+            True, {"mooncake-transfer-engine": "0.3.13.post1"}),
+        "nixl._api": engine_line(False, error="ModuleNotFoundError: No module named 'nixl'")}))
+    prober = doctor.Prober(module)
+    gpus = prober.gpus(str(smi))
+    assert len(gpus["gpus"]) == 8 and gpus["topology"]["kind"] == "nvlink"
+    got = prober.transport(sys.executable, root, str(tmp_path / "module" / "nvidia_peermem"), str(smi))
+    # topo -m ran once: transport() parses the text gpus() read
+    assert sum(1 for c in module.calls if c[-2:] == ["topo", "-m"]) == 1
+    assert [d["name"] for d in got["ib_devices"]] == ["mlx5_%d" % i for i in range(9)]
+    assert got["peermem"] is True and sorted(got["topology"]["nics"]) == ["mlx5_%d" % i for i in range(10)]
+    assert got["engines"] == {
+        "mooncake": {"module": "mooncake.engine", "imports": True, "error": None,
+                     "packages": {"mooncake-transfer-engine": "0.3.13.post1"}},
+        "nixl": {"module": "nixl._api", "imports": False, "packages": {},
+                 "error": "ModuleNotFoundError: No module named 'nixl'"}}
+    # the venv's interpreter, isolated, asked for the module and every build of its family
+    probe = [c for c in module.calls if c[1:3] == ["-I", "-c"]]
+    assert [c[0] for c in probe] == [sys.executable] * 2
+    assert probe[0][4:] == ["mooncake.engine", "mooncake-transfer-engine", "mooncake-transfer-engine-cuda13",
+                            "mooncake-transfer-engine-non-cuda"]
+    assert probe[1][4:] == ["nixl._api", "nixl-cu12", "nixl-cu13"]
+    # what check/_pd makes of it: mooncake, and GPU5's nearest device (mlx5_9, down) left out
+    chosen, problems = _pd.choose_backend("0.5.23", _pd.release_facts("0.5.23"), {"h": got})
+    assert problems == [] and chosen["backend"] == "mooncake"
+    value = _pd.ib_device_value(_pd.release_facts("0.5.23"), _pd.host_transport(got)["rdma"], range(8),
+                                got["topology"])
+    assert json.loads(value)["5"] == "mlx5_6,mlx5_7,mlx5_8" and json.loads(value)["0"] == "mlx5_3"
+
+
+def test_prober_transport_of_a_host_without_rdma(tmp_path):
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("")
+    module = FakeModule(h200_answers({}))
+    got = doctor.Prober(module).transport(None, str(tmp_path / "no-such-root"), str(tmp_path / "no-peermem"),
+                                          str(smi))
+    # topo -m read here, gpus() having not run; no python: no engine probe
+    assert module.calls == [[str(smi), "topo", "-m"]]
+    assert got["ib_devices"] == [] and got["peermem"] is False and got["engines"] is None
+    assert got["topology"]["gpus"] == list(range(8))
+    assert _pd.host_transport(got)["missing"] == [
+        "no RDMA device (/sys/class/infiniband is empty or has no active port)",
+        "GPUDirect RDMA: the nvidia_peermem module is not loaded"]
+    # without nvidia-smi the topology is None and says why
+    prober = doctor.Prober(FakeModule(h200_answers({})))
+    got = prober.transport(None, str(tmp_path), str(tmp_path), str(tmp_path / "nope"))
+    assert got["topology"] is None and "nvidia-smi not found" in got["topology_detail"]
+    assert got["peermem"] is True and got["ib_devices"] == []  # tmp_path exists; no device has ports
+
+
+def test_prober_engine_probe_failures(tmp_path):
+    answers = {"mooncake.engine": (-11, "", "Fatal Python error: Segmentation fault\n"),
+               "nixl._api": (124, "", "")}
+    module = FakeModule(h200_answers(answers), bins={"timeout": "/usr/bin/timeout"})
+    # the timeout wrapper comes first: answer what follows it
+    inner = h200_answers(answers)
+    module.answer = lambda argv: inner(argv[3:] if argv[0] == "/usr/bin/timeout" else argv)
+    got = doctor.Prober(module).engines(sys.executable)
+    assert got["mooncake"]["imports"] is False
+    assert got["mooncake"]["error"] == "the interpreter exited rc=-11: Fatal Python error: Segmentation fault"
+    assert got["nixl"]["error"] == "timed out after %d s" % doctor.ENGINE_PROBE_TIMEOUT
+    assert module.calls[0][:3] == ["/usr/bin/timeout", "--kill-after=10", str(doctor.ENGINE_PROBE_TIMEOUT)]
+    missing = doctor.Prober(FakeModule(h200_answers({}))).engines(str(tmp_path / "nope" / "python"))
+    assert missing["mooncake"]["error"] == "python %s does not exist" % (tmp_path / "nope" / "python")
+
+
+def test_the_engine_probe_runs_in_a_real_interpreter(tmp_path):
+    """The snippet itself, with this interpreter: a module that prints while imported, its
+    distribution's version, and a module that is not there."""
+    site = tmp_path / "site"
+    (site / "mooncake").mkdir(parents=True)
+    (site / "mooncake" / "__init__.py").write_text("")
+    (site / "mooncake" / "engine.py").write_text("print('engine banner, no newline at the end', end='')\n")
+    dist = site / "mooncake_transfer_engine_non_cuda-0.3.13.post1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: mooncake-transfer-engine-non-cuda\n"
+                                   "Version: 0.3.13.post1\n")
+    env_ = dict(os.environ, PYTHONPATH=str(site))
+    for module_name, imports in (("mooncake.engine", True), ("nixl._api", False)):
+        # without -I, so that PYTHONPATH gives the interpreter the fake site
+        out = subprocess.run([sys.executable, "-c", doctor._ENGINE_SNIPPET, module_name,
+                              "mooncake-transfer-engine-non-cuda", "mooncake-transfer-engine"],
+                             capture_output=True, text=True, env=env_, check=True).stdout
+        got = doctor._engine_answer(0, out, "", 120)
+        assert got["imports"] is imports
+        assert got["packages"] == {"mooncake-transfer-engine-non-cuda": "0.3.13.post1"}
+    assert got["error"] == "ModuleNotFoundError: No module named 'nixl'"
+
+
+# the rule: one engine imports, in torch's CUDA build
+
+def transport_facts(engines, python="/opt/sglang/venvs/0.5.23/bin/python"):
+    return {"ib_devices": [], "peermem": False, "topology": None, "python": python, "engines": engines}
+
+
+def mooncake(packages, imports=True, error=None):
+    return {"mooncake": {"module": "mooncake.engine", "imports": imports, "error": error, "packages": packages},
+            "nixl": {"module": "nixl._api", "imports": False, "packages": {},
+                     "error": "ModuleNotFoundError: No module named 'nixl'"}}
+
+
+def engine_check(engines, torch="2.9.1+cu128", tcuda="12.8", waive=()):
+    facts = base_facts(cc="9.0", versions={"torch": torch} if torch else {}, tcuda=tcuda)
+    facts["transport"] = transport_facts(engines)
+    verdict = rules.evaluate(facts, waive=waive)
+    return verdict, by_name(verdict)["transfer_engine"]
+
+
+def test_transfer_engine_of_torch_cuda_build_passes():
+    verdict, check = engine_check(mooncake({"mooncake-transfer-engine": "0.3.13.post1"}))
+    assert verdict["ok"] and check["ok"] and check["severity"] == "info"
+    assert check["detail"] == ("mooncake-transfer-engine 0.3.13.post1: import mooncake.engine works with "
+                               "/opt/sglang/venvs/0.5.23/bin/python (torch 2.9.1+cu128 is built for CUDA 12.8)")
+    _found, check = engine_check(mooncake({"mooncake-transfer-engine-cuda13": "0.3.14"}), "2.11.0+cu130", "13.0")
+    assert check["ok"]
+    # the test bed: the non-CUDA build beside a CPU torch
+    _found, check = engine_check(mooncake({"mooncake-transfer-engine-non-cuda": "0.3.13.post1"}), "2.9.1+cpu", None)
+    assert check["ok"] and "torch 2.9.1+cpu has no CUDA build" in check["detail"]
+
+
+def test_a_build_unlike_torchs_cuda_fails_naming_package_venv_and_what_to_install():
+    verdict, check = engine_check(mooncake({"mooncake-transfer-engine-cuda13": "0.3.14"}))
+    assert not verdict["ok"] and verdict["failed"] == ["transfer_engine"]
+    assert check["detail"] == ("mooncake-transfer-engine-cuda13 0.3.14 in /opt/sglang/venvs/0.5.23 is the CUDA 13 "
+                               "build of the mooncake transfer engine, and torch 2.9.1+cu128 is built for CUDA 12.8")
+    assert check["remedy"] == ("replace it with the CUDA 12 build: /opt/sglang/venvs/0.5.23/bin/python -m pip "
+                               "uninstall -y mooncake-transfer-engine-cuda13, then /opt/sglang/venvs/0.5.23/bin/python "
+                               "-m pip install mooncake-transfer-engine==0.3.13.post1")
+    _found, check = engine_check(mooncake({"mooncake-transfer-engine": "0.3.13.post1"}), "2.11.0+cu130", "13.0")
+    assert not check["ok"] and "mooncake-transfer-engine-cuda13==0.3.14" in check["remedy"]
+    _found, check = engine_check(mooncake({"mooncake-transfer-engine-non-cuda": "0.3.13.post1"}))
+    assert not check["ok"] and "is the non-CUDA build" in check["detail"]
+    _found, check = engine_check(mooncake({"mooncake-transfer-engine": "0.3.13.post1"}), "2.9.1+cpu", None)
+    assert not check["ok"] and "torch 2.9.1+cpu has no CUDA build" in check["detail"]
+    assert "mooncake-transfer-engine-non-cuda==0.3.13.post1" in check["remedy"]
+    nixl = {"nixl": {"module": "nixl._api", "imports": True, "error": None, "packages": {"nixl-cu13": "1.5.1"}}}
+    _found, check = engine_check(nixl)
+    assert not check["ok"] and check["detail"].startswith("nixl-cu13 1.5.1 in /opt/sglang/venvs/0.5.23 is the CUDA 13")
+    assert check["remedy"].endswith("-m pip install nixl-cu12==1.5.1")
+    _found, check = engine_check(nixl, "2.9.1+cpu", None)
+    assert "nixl has no non-CUDA build (nixl-cu12==1.5.1, nixl-cu13==1.5.1)" in check["remedy"]
+    # a torch for a CUDA no build is for: every build differs
+    _found, check = engine_check(mooncake({"mooncake-transfer-engine": "0.3.13.post1"}), "2.4.0+cu118", "11.8")
+    assert not check["ok"] and "torch 2.4.0+cu118 is built for CUDA 11.8" in check["detail"]
+    assert check["remedy"].startswith("mooncake has no CUDA 11 build (mooncake-transfer-engine-cuda13==0.3.14, ")
+    # waivable like every check
+    assert engine_check(mooncake({"mooncake-transfer-engine-cuda13": "0.3.14"}), waive=["transfer_engine"])[0]["ok"]
+
+
+def test_no_engine_that_imports_fails_saying_why():
+    error = "ImportError: libibverbs.so.1: cannot open shared object file: No such file or directory"
+    _found, check = engine_check(mooncake({"mooncake-transfer-engine": "0.3.13.post1"}, imports=False, error=error))
+    assert not check["ok"]
+    assert check["detail"] == (
+        "no KV transfer engine imports with /opt/sglang/venvs/0.5.23/bin/python (import mooncake.engine: %s; "
+        "import nixl._api: ModuleNotFoundError: No module named 'nixl'); installed: mooncake-transfer-engine "
+        "0.3.13.post1; a PD layout's servers need one" % error)
+    assert check["remedy"] == ("install the host libraries the engine links (the error names the one missing): "
+                               "apt-get install libibverbs1 libnuma1")
+    _found, check = engine_check(mooncake({}, imports=False, error="ModuleNotFoundError: No module named 'mooncake'"))
+    assert "none of mooncake-transfer-engine, mooncake-transfer-engine-cuda13" in check["detail"]
+    assert check["remedy"] == ("install the engine into /opt/sglang/venvs/0.5.23: /opt/sglang/venvs/0.5.23/bin/python "
+                               "-m pip install mooncake-transfer-engine==0.3.13.post1 (the build of torch's CUDA major)")
+    _found, check = engine_check(mooncake({"mooncake-transfer-engine": "0.3.13.post1"}, imports=False,
+                                          error="AttributeError: boom"))
+    assert check["remedy"].startswith("reinstall the engine in /opt/sglang/venvs/0.5.23")
+
+
+def test_the_engine_rule_runs_only_when_transport_facts_were_asked_for():
+    facts = base_facts(cc="9.0", versions={"torch": "2.9.1+cu128"}, tcuda="12.8")
+    assert "transfer_engine" not in by_name(rules.evaluate(facts))  # not asked: a co-located deploy
+    facts["transport"] = transport_facts(None, python=None)
+    check = by_name(rules.evaluate(facts))["transfer_engine"]
+    assert check["ok"] and check["detail"] == "skipped: no python (venv interpreter) given"
+    # no torch in the venv: the build is not compared, said as a warning
+    _found, check = engine_check(mooncake({"mooncake-transfer-engine-cuda13": "0.3.14"}), torch=None, tcuda=None)
+    assert check["ok"] and check["severity"] == "warning" and "torch is not in the venv" in check["detail"]
+
+
+def test_the_module_gathers_transport_only_when_asked(run_module, monkeypatch, tmp_path):
+    """gpu_prereqs end to end: the fake nvidia-smi of the H200 x8 host, a sysfs tree and
+    nvidia_peermem under tmp_path, a real venv whose mooncake.engine imports."""
+    from ansible_collections.gpufleet.sglang.plugins.modules import gpu_prereqs
+    from ansible_collections.gpufleet.sglang.tests.paths import FAKES
+    monkeypatch.setenv("PATH", FAKES + os.pathsep + os.environ.get("PATH", ""))
+    monkeypatch.setenv("FAKE_NVIDIA_SMI_DIR", os.path.join(FAKES, "nvidia-smi-sets", "h200-x8"))
+    monkeypatch.setattr(doctor, "IB_ROOT", make_sysfs(tmp_path / "infiniband", H200_SYSFS))
+    monkeypatch.setattr(doctor, "PEERMEM_PATH", str(tmp_path / "no-peermem"))
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = subprocess.run([str(venv / "bin" / "python"), "-c", "import site; print(site.getsitepackages()[0])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    os.makedirs(os.path.join(site, "mooncake"))
+    for name in ("__init__.py", "engine.py"):
+        open(os.path.join(site, "mooncake", name), "w").close()
+    os.makedirs(os.path.join(site, "mooncake_transfer_engine_non_cuda-0.3.13.post1.dist-info"))
+    with open(os.path.join(site, "mooncake_transfer_engine_non_cuda-0.3.13.post1.dist-info", "METADATA"), "w") as h:
+        h.write("Metadata-Version: 2.1\nName: mooncake-transfer-engine-non-cuda\nVersion: 0.3.13.post1\n")
+    args = {"python": str(venv / "bin" / "python"), "compile_test": False, "cache_dir": str(tmp_path / "cache")}
+    plain, failed = run_module(gpu_prereqs, dict(args))
+    assert not failed and "transport" not in plain and "transfer_engine" not in [c["name"] for c in plain["checks"]]
+    res, failed = run_module(gpu_prereqs, dict(args, transport=True))
+    assert not failed
+    got = res["transport"]
+    assert [d["name"] for d in got["ib_devices"]] == ["mlx5_%d" % i for i in range(9)]
+    assert got["peermem"] is False and got["topology"]["nics"]["mlx5_3"][0] == "PIX"
+    assert got["engines"]["mooncake"] == {"module": "mooncake.engine", "imports": True, "error": None,
+                                          "packages": {"mooncake-transfer-engine-non-cuda": "0.3.13.post1"}}
+    assert got["engines"]["nixl"]["imports"] is False
+    check = dict((c["name"], c) for c in res["checks"])["transfer_engine"]
+    # no torch in this venv: the engine imports, its build is not compared
+    assert check["ok"] and check["severity"] == "warning"
+    assert check["detail"].startswith("mooncake-transfer-engine-non-cuda 0.3.13.post1: import mooncake.engine works")
+    # the choice check/_pd makes from these facts: no GPUDirect here, so not mooncake
+    chosen, problems = _pd.choose_backend("0.5.23", _pd.release_facts("0.5.23"), {"h": got})
+    assert chosen["backend"] == "mooncake_tcp" and "nvidia_peermem module is not loaded" in chosen["reason"]

@@ -28,7 +28,7 @@ from ansible_collections.gpufleet.sglang.tests.paths import FIXTURES as _FIXTURE
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURES = _FIXTURES
-DATA = os.path.join(HERE, "data")
+DATA = os.path.join(HERE, "..", "data")
 BENCH = os.path.join(FIXTURES, "sglang-help", "bench")
 
 

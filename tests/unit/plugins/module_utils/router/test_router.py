@@ -520,3 +520,261 @@ def test_a_stale_running_gauge_drains_where_the_release_counts_each_forward():
     n = iter(range(10 ** 6))
     d = r.drain(lambda: BUSY_METRICS % (1, 0, next(n), 0), 10, 1, quiet=3, clock=t.clock, sleep=t.sleep)
     assert not d["drained"]
+
+
+# ---- PD mode: workers with their role (issue 43, docs/experiments/pd-rollout-design.md 2) ----
+
+class PDFakeRouter(FakeRouter):
+    """The fake smg with roles: a POST keeps its body's ``worker_type`` and
+    ``bootstrap_port``, GET lists ``worker_type`` always and ``bootstrap_port`` when set
+    (as smg 1.13.0's answer, tests/fixtures/smg/workers-pd-1.13.0.json), and ``PUT
+    /workers/{id}`` replaces the registration under the same id once ``put_polls`` lists
+    have passed (smg from 1.4.0), or, with ``replaces=False``, answers 202 and keeps the role
+    (a partial update: smg up to 1.3.3, sglang-router 0.3.x). ``sent`` records every call
+    with its decoded body."""
+
+    def __init__(self, urls, roles=None, replaces=True, put_polls=0, **kw):
+        self.replaces, self.put_polls, self.sent = replaces, put_polls, []
+        super().__init__(urls, **kw)
+        for w in self.workers.values():
+            w.update(dict((roles or {}).get(w["url"], {"worker_type": "regular"})))
+
+    def _new(self, url, polls):
+        super()._new(url, polls)
+        self.workers["id%d" % self.next_id]["worker_type"] = "regular"
+
+    def _tick(self):
+        super()._tick()
+        for w in self.workers.values():
+            if w.get("put_in") is not None:
+                w["put_in"] -= 1
+                if w["put_in"] < 0:
+                    w.update(w.pop("pending"))
+                    w["put_in"] = None
+
+    def __call__(self, method, url, body, headers, timeout):
+        path = "/" + url.split("://", 1)[1].split("/", 1)[1]
+        self.sent.append((method, path, json.loads(body) if body is not None else None))
+        if method == "PUT":
+            self.calls.append((method, path))
+            w = self.workers.get(path.rsplit("/", 1)[1])
+            if w is None:
+                return 404, '{"code": "WORKER_NOT_FOUND"}'
+            if self.replaces:
+                b = json.loads(body)
+                w["pending"] = {"worker_type": b["worker_type"],
+                                "bootstrap_port": b.get("bootstrap_port")}
+                w["put_in"] = self.put_polls
+            return 202, '{"status": "accepted"}'
+        status, text = FakeRouter.__call__(self, method, url, body, headers, timeout)
+        if method == "POST" and status == 202:
+            b = json.loads(body)
+            self.workers["id%d" % self.next_id].update(
+                worker_type=b.get("worker_type", "regular"), bootstrap_port=b.get("bootstrap_port"))
+        if method == "GET":
+            answer = json.loads(text)
+            for row in answer["workers"]:
+                w = self.workers[row["id"]]
+                row["worker_type"] = w["worker_type"]
+                if w.get("bootstrap_port") is not None:
+                    row["bootstrap_port"] = w["bootstrap_port"]
+            text = json.dumps(answer)
+        return status, text
+
+
+P = {"worker_type": "prefill", "bootstrap_port": 8998}
+D = {"worker_type": "decode"}
+PAYLOADS = {"http://a:1": dict(P, url="http://a:1"), "http://b:1": dict(D, url="http://b:1"),
+            "http://c:1": dict(D, url="http://c:1")}
+
+
+def test_worker_table_keeps_the_role_and_the_bootstrap_port_of_smgs_answer():
+    with open(os.path.join(_FIXTURES, "smg", "workers-pd-1.13.0.json"), encoding="utf-8") as fh:
+        rows = r.worker_table("workers", json.load(fh))
+    assert [(x["url"][-5:], x["worker_type"], x.get("bootstrap_port")) for x in rows] == [
+        ("18011", "decode", None), ("18001", "prefill", 18998), ("18002", "prefill", None),
+        ("18012", "regular", None)]
+    assert "bootstrap_port" not in rows[2]  # smg leaves an unset port out; so does the row
+    # an answer without them (sglang-router before roles, the fakes above): the row as before
+    assert r.worker_table("workers", SMG_LIST)[0] == {"id": "i1", "url": "http://a:30000",
+                                                      "healthy": True, "status": "ready"}
+
+
+@pytest.mark.parametrize("key,body,sent", [
+    (None, None, {"url": "http://a:1"}),
+    ("k", None, {"url": "http://a:1", "api_key": "k"}),
+    (None, dict(P, url="http://a:1"), {"url": "http://a:1", "worker_type": "prefill",
+                                       "bootstrap_port": 8998}),
+    ("k", D, {"url": "http://a:1", "worker_type": "decode", "api_key": "k"}),
+    ("k", dict(D, api_key="own"), {"url": "http://a:1", "worker_type": "decode",
+                                   "api_key": "own"}),
+])
+def test_add_posts_the_pd_body_when_given_else_the_url(key, body, sent):
+    fake = PDFakeRouter([])
+    r.Router("http://router:30000", "workers", fake).add("http://a:1/", key, body)
+    assert fake.sent == [("POST", "/workers", sent)]
+
+
+def test_put_and_a_body_on_the_legacy_api_are_refused_or_named():
+    fake = PDFakeRouter(["http://a:1"])
+    router = r.Router("http://router:30000", "workers", fake)
+    router.put("id1", dict(D, url="http://a:1"))
+    assert fake.sent == [("PUT", "/workers/id1", {"url": "http://a:1", "worker_type": "decode"})]
+    with pytest.raises(r.RouterError, match=r"PUT http://router:30000/workers/id9 "
+                                            r"\(http://a:1 as decode\) answered 404"):
+        router.put("id9", dict(D, url="http://a:1"))
+    legacy = r.Router("http://router:30000", "legacy", FakeRouter([], legacy=True))
+    with pytest.raises(r.RouterError, match="legacy worker API .* takes a URL alone"):
+        legacy.add("http://a:1", None, D)
+    with pytest.raises(r.RouterError, match="has no PUT"):
+        legacy.put("x", D)
+
+
+def test_put_back_repairs_a_misregistered_row_in_place_and_adds_with_the_role():
+    """b is listed as regular (added with its URL alone): PUT with its body, same id; a is
+    added with its prefill body and the worker's own key; the wait lasts until the PUT
+    shows (two lists), not only until every URL serves."""
+    fake = PDFakeRouter(["http://b:1", "http://c:1"], put_polls=2,
+                        roles={"http://c:1": D, "http://b:1": {"worker_type": "regular"}})
+    router = r.Router("http://router:30000", "workers", fake)
+    res = r.put_back(router, ["http://a:1", "http://b:1"], 30, 0.1, {"http://a:1": "ka"},
+                     payloads=PAYLOADS, **dict(CLOCK))
+    assert res["added"] == ["http://a:1"] and res["repaired"] == ["http://b:1"]
+    changes = [s for s in fake.sent if s[0] != "GET"]
+    assert changes == [
+        ("PUT", "/workers/id1", {"url": "http://b:1", "worker_type": "decode"}),
+        ("POST", "/workers", {"url": "http://a:1", "worker_type": "prefill",
+                              "bootstrap_port": 8998, "api_key": "ka"})]
+    roles = dict((x["url"], (x["id"], x["worker_type"], x.get("bootstrap_port")))
+                 for x in res["after"])
+    assert roles == {"http://a:1": ("id3", "prefill", 8998), "http://b:1": ("id1", "decode", None),
+                     "http://c:1": ("id2", "decode", None)}
+    # a re-run finds nothing to put right or add: one list to settle, one to check
+    fake.sent[:] = []
+    again = r.put_back(router, ["http://a:1", "http://b:1"], 30, 0.1, payloads=PAYLOADS,
+                       **dict(CLOCK))
+    assert again["added"] == [] and again["repaired"] == []
+    assert [s[0] for s in fake.sent] == ["GET", "GET"]
+
+
+def test_where_put_cannot_change_the_role_the_row_is_removed_and_added_again():
+    """put_replaces=False (smg up to 1.3.3, sglang-router 0.3.x): DELETE, wait until the
+    row has gone (a draining row would refuse the add), then POST with the role."""
+    fake = PDFakeRouter(["http://b:1", "http://c:1"], replaces=False,
+                        roles={"http://c:1": D, "http://b:1": {"worker_type": "regular"}})
+    router = r.Router("http://router:30000", "workers", fake, put_replaces=False)
+    res = r.put_back(router, ["http://b:1"], 30, 0.1, payloads=PAYLOADS, **dict(CLOCK))
+    assert res["added"] == [] and res["repaired"] == ["http://b:1"]
+    changes = [s for s in fake.sent if s[0] != "GET"]
+    assert changes == [("DELETE", "/workers/id1", None),
+                       ("POST", "/workers", {"url": "http://b:1", "worker_type": "decode"})]
+    delete, post = fake.sent.index(changes[0]), fake.sent.index(changes[1])
+    # lists until the row had gone (smg drains a deleted worker first; the fake 3 lists)
+    assert fake.sent[delete + 1:post] == [("GET", "/workers", None)] * 3
+    assert [(x["id"], x["worker_type"]) for x in res["after"] if x["url"] == "http://b:1"] == [
+        ("id3", "decode")]
+
+
+def test_a_put_that_keeps_the_role_is_named_with_the_releases_that_do_that():
+    fake = PDFakeRouter(["http://b:1"], replaces=False)
+    router = r.Router("http://router:30000", "workers", fake)  # expects PUT to replace
+    with pytest.raises(r.RouterError, match=r"does not list http://b:1 with the role of its "
+                                            r"payload 5 s after PUT /workers/\{id\}.*smg up to "
+                                            r"1\.3\.3, sglang-router 0\.3\.x"):
+        r.put_back(router, ["http://b:1"], 5, 0.1, payloads=PAYLOADS, **dict(CLOCK))
+
+
+@pytest.mark.parametrize("call", [
+    lambda router: r.put_back(router, ["http://a:1", "http://x:1/"], 30, 0.1,
+                              payloads=PAYLOADS, **dict(CLOCK)),
+    lambda router: r.converge(router, {"add": ["http://x:1"], "remove": ["http://a:1"]}, 30, 0.1,
+                              payloads=PAYLOADS, **dict(CLOCK)),
+    lambda router: rfleet().put_back_unlisted(router, ["http://x:1"], [], lambda u: True, 30,
+                                              0.1, payloads=PAYLOADS, **dict(CLOCK)),
+])
+def test_a_pd_router_never_gets_a_worker_without_a_role(call):
+    """Payloads given and a URL to add without one: refused, naming it, before any call."""
+    fake = PDFakeRouter(["http://a:1"])
+    with pytest.raises(r.RouterError, match=r"PD payloads but none for http://x:1: a router in "
+                                            r"PD mode routes nothing"):
+        call(r.Router("http://router:30000", "workers", fake))
+    assert fake.sent == []
+
+
+def test_payloads_on_the_legacy_api_are_refused_before_any_call():
+    fake = FakeRouter(["http://a:1"], legacy=True)
+    with pytest.raises(r.RouterError, match="legacy worker API"):
+        r.put_back(r.Router("http://router:30000", "legacy", fake), ["http://a:1"], 30, 0.1,
+                   payloads=PAYLOADS, **dict(CLOCK))
+    assert fake.calls == []
+
+
+def rfleet():
+    from ansible_collections.gpufleet.sglang.plugins.module_utils.router import _router_fleet
+    return _router_fleet
+
+
+# today's calls (before PD mode) of a put-back of a and a convergence that removes b and
+# adds a, on a router that lists b and c: the control for payloads None and {}
+# (recorded with the code of 6183788 against this fake)
+TODAY_PUT_BACK = [("GET", "/workers", None),
+                  ("POST", "/workers", {"url": "http://a:1", "api_key": "ka"}),
+                  ("GET", "/workers", None), ("GET", "/workers", None)]
+TODAY_CONVERGE = [("GET", "/workers", None), ("DELETE", "/workers/id1", None),
+                  ("GET", "/workers", None), ("GET", "/workers", None),
+                  ("POST", "/workers", {"url": "http://a:1", "api_key": "ka"}),
+                  ("GET", "/workers", None), ("GET", "/workers", None)]
+
+
+@pytest.mark.parametrize("payloads", [None, {}])
+def test_without_payloads_the_calls_and_the_results_are_todays(payloads):
+    extra = {} if payloads is None else {"payloads": payloads}
+    fake = PDFakeRouter(["http://b:1", "http://c:1"])
+    router = r.Router("http://router:30000", "workers", fake)
+    res = r.put_back(router, ["http://a:1"], 30, 0.1, {"http://a:1": "ka"}, **dict(CLOCK, **extra))
+    assert fake.sent == TODAY_PUT_BACK
+    assert sorted(res) == ["added", "after", "before", "elapsed_s"] and res["added"] == ["http://a:1"]
+    fake = PDFakeRouter(["http://b:1", "http://c:1"])
+    router = r.Router("http://router:30000", "workers", fake)
+    res = r.converge(router, {"add": ["http://a:1"], "remove": ["http://b:1"]}, 30, 0.1,
+                     {"http://a:1": "ka"}, **dict(CLOCK, **extra))
+    assert fake.sent == TODAY_CONVERGE
+    assert sorted(res) == ["added", "after", "before", "elapsed_s", "removed"]
+    # the rows carry smg's worker_type (the fake lists it), and nothing else is new
+    assert set(res["after"][0]) == {"id", "url", "healthy", "status", "worker_type"}
+
+
+def test_converge_repairs_with_nothing_to_add_and_removes_first():
+    fake = PDFakeRouter(["http://a:1", "http://b:1", "http://c:1"],
+                        roles={"http://a:1": P, "http://c:1": D})  # b listed as regular
+    router = r.Router("http://router:30000", "workers", fake)
+    res = r.converge(router, {"add": [], "remove": ["http://c:1"]}, 30, 0.1, payloads=PAYLOADS,
+                     **dict(CLOCK))
+    assert res["removed"] == ["http://c:1"] and res["added"] == [] and res["repaired"] == ["http://b:1"]
+    changes = [s[:2] for s in fake.sent if s[0] != "GET"]
+    assert changes == [("DELETE", "/workers/id3"), ("PUT", "/workers/id2")]
+    # every row as its body says: nothing changes, and without an add no put-back runs
+    fake.sent[:] = []
+    res = r.converge(router, {"add": [], "remove": []}, 30, 0.1, payloads=PAYLOADS, **dict(CLOCK))
+    assert res["repaired"] == [] and [s[0] for s in fake.sent] == ["GET"]
+
+
+def test_restored_with_payloads_puts_right_a_listed_row_and_adds_the_stranded_with_its_role():
+    fleet = rfleet()
+    fake = PDFakeRouter(["http://b:1", "http://c:1"], roles={"http://c:1": D})
+    router = r.Router("http://router:30000", "workers", fake)
+    cands = ["http://a:1", "http://b:1", "http://c:1"]
+    check = fleet.put_back_unlisted(router, cands, [], lambda u: True, 30, 0.1, check=True,
+                                    payloads=PAYLOADS, **dict(CLOCK))
+    assert check["added"] == ["http://a:1"] and check["repaired"] == ["http://b:1"]
+    assert [s[0] for s in fake.sent] == ["GET"]  # check mode: named only
+    res = fleet.put_back_unlisted(router, cands, [], lambda u: True, 30, 0.1,
+                                  payloads=PAYLOADS, **dict(CLOCK))
+    assert res["added"] == ["http://a:1"] and res["repaired"] == ["http://b:1"]
+    assert [s[:2] for s in fake.sent if s[0] not in ("GET",)] == [
+        ("PUT", "/workers/id1"), ("POST", "/workers")]
+    # every candidate listed with its role: one list, nothing else
+    fake.sent[:] = []
+    res = fleet.put_back_unlisted(router, cands, [], lambda u: True, 30, 0.1,
+                                  payloads=PAYLOADS, **dict(CLOCK))
+    assert res["added"] == [] and res["repaired"] == [] and [s[0] for s in fake.sent] == ["GET"]

@@ -9,7 +9,7 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils.rollout._load_phas
     journal_time,
 )
 
-DATA = os.path.join(os.path.dirname(__file__), "data", "load_logs")
+DATA = os.path.join(os.path.dirname(__file__), "..", "data", "load_logs")
 
 
 def _journal(release):

@@ -4,12 +4,15 @@
 import pytest
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare._venv import (
+    TRANSFER_ENGINES,
     WHEEL_ARGS,
+    engine_distributions,
     needs_install,
     pip_argv,
     requirements_text,
     split_args,
     tail,
+    transfer_packages,
     valid_release,
     venv_argv,
 )
@@ -175,3 +178,63 @@ def test_the_refusal_names_both_numbers():
     assert disk_refusal("0.5.23", "/opt/sglang/0.5.23", None, 0, "/opt") is None
     msg = disk_refusal("0.5.23", "/opt/sglang/0.5.23", 9000, 1234, "/opt")
     assert "9000 MiB" in msg and "1234 MiB free" in msg and "0.5.23" in msg and "/opt" in msg
+
+
+# --- the KV transfer engine of a PD layout ----------------------------------------------
+
+MOONCAKE_HOST = ["libibverbs1", "libnuma1"]
+
+
+@pytest.mark.parametrize("family, build, torch_cuda, packages, host", [
+    ("mooncake", "auto", "12.8", ["mooncake-transfer-engine==0.3.13.post1"], MOONCAKE_HOST),
+    ("mooncake", "auto", "13.0", ["mooncake-transfer-engine-cuda13==0.3.14"], MOONCAKE_HOST),
+    ("mooncake", "auto", 12, ["mooncake-transfer-engine==0.3.13.post1"], MOONCAKE_HOST),
+    # mooncake_tcp is Mooncake forced to TCP: the same engine
+    ("mooncake_tcp", "auto", "12.9", ["mooncake-transfer-engine==0.3.13.post1"], MOONCAKE_HOST),
+    ("mooncake_tcp", "non-cuda", None, ["mooncake-transfer-engine-non-cuda==0.3.13.post1"], MOONCAKE_HOST),
+    # an explicit build wins over torch's CUDA
+    ("mooncake", "cuda13", "12.8", ["mooncake-transfer-engine-cuda13==0.3.14"], MOONCAKE_HOST),
+    ("mooncake", "cuda12", None, ["mooncake-transfer-engine==0.3.13.post1"], MOONCAKE_HOST),
+    ("nixl", "auto", "12.8", ["nixl-cu12==1.5.1"], []),
+    ("nixl", "auto", "13.0", ["nixl-cu13==1.5.1"], []),
+    ("nixl", "cuda13", "12.8", ["nixl-cu13==1.5.1"], []),
+    # no PD layout: nothing to install
+    (None, "auto", None, [], []),
+    ("", "auto", "12.8", [], []),
+])
+def test_transfer_packages(family, build, torch_cuda, packages, host):
+    assert transfer_packages(family, build, torch_cuda) == {"packages": packages, "host_packages": host}
+
+
+@pytest.mark.parametrize("family, build, torch_cuda, message", [
+    ("mooncake", "auto", None, "the mooncake transfer engine's build is auto, which follows torch's CUDA "
+                               "major, and the venv's torch has no CUDA build (torch_cuda None): set the "
+                               "build to cuda12 or cuda13 or non-cuda"),
+    ("nixl", "auto", None, "set the build to cuda12 or cuda13"),
+    ("mooncake", "auto", "11.8", "torch in the venv is built for CUDA 11.8, and the mooncake transfer engine "
+                                 "has builds for cuda12, cuda13, non-cuda only"),
+    ("nixl", "non-cuda", None, "the nixl transfer engine has no non-cuda build on PyPI: it has "
+                               "nixl-cu12==1.5.1, nixl-cu13==1.5.1"),
+    ("mooncake", "cu12", "12.8", "the transfer engine's build must be auto, cuda12, cuda13, non-cuda (got 'cu12')"),
+    ("mooncake", None, "12.8", "must be auto"),
+    ("mori", "auto", "12.8", "the KV transfer engine is chosen by the transfer backend: mooncake, "
+                             "mooncake_tcp, nixl (got 'mori')"),
+    (["mooncake"], "auto", "12.8", "chosen by the transfer backend"),
+])
+def test_transfer_packages_refusals(family, build, torch_cuda, message):
+    with pytest.raises(ValueError) as err:
+        transfer_packages(family, build, torch_cuda)
+    assert message in str(err.value)
+
+
+def test_every_engine_build_is_pinned_and_known_by_its_distribution():
+    dists = engine_distributions()
+    assert dists == {
+        "mooncake-transfer-engine": ("mooncake", "cuda12"),
+        "mooncake-transfer-engine-cuda13": ("mooncake", "cuda13"),
+        "mooncake-transfer-engine-non-cuda": ("mooncake", "non-cuda"),
+        "nixl-cu12": ("nixl", "cuda12"),
+        "nixl-cu13": ("nixl", "cuda13"),
+    }
+    for engine in TRANSFER_ENGINES.values():
+        assert all(req.count("==") == 1 and split_args(req) == [req] for req in engine["builds"].values())

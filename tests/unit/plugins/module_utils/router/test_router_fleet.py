@@ -164,3 +164,63 @@ def test_restore_inputs_only_the_servers_at_target_and_not_held():
     assert got["not_at_target"] == {"s2": "s2: it will restart (restart: argv changed)",
                                     "m0": "m1: it will restart (restart: owed)"}
     assert got["unknown"] == ["s5", "n0"]
+
+
+# ---- a router in PD mode: payloads (issue 43, docs/experiments/pd-rollout-design.md 2) ----
+
+PD = {"http://a:1": {"worker_type": "prefill", "bootstrap_port": 8998},
+      "http://b:1": {"worker_type": "decode"}, "http://c:1": {"worker_type": "decode"}}
+
+
+def roled(*triples):
+    """Rows as smg lists them: (url, healthy, worker_type)."""
+    out = rows(*[(u, h) for u, h, _t in triples])
+    for row, (_u, _h, kind) in zip(out, triples):
+        row["worker_type"] = kind
+        if kind == "prefill":
+            row["bootstrap_port"] = 8998
+    return out
+
+
+@pytest.mark.parametrize("listed,healthy,plan", [
+    # b listed as regular and serving: kept, and put right
+    (roled(("http://a:1", True, "prefill"), ("http://b:1", True, "regular")),
+     {"http://a:1": True, "http://b:1": True, "http://c:1": True},
+     {"add": ["http://c:1"], "remove": [], "keep": ["http://a:1", "http://b:1"],
+      "repair": ["http://b:1"]}),
+    # b listed as regular but down: removed, not put right
+    (roled(("http://a:1", True, "prefill"), ("http://b:1", True, "regular")),
+     {"http://a:1": True, "http://b:1": False, "http://c:1": None},
+     {"add": [], "remove": ["http://b:1"], "keep": ["http://a:1", "http://c:1"], "repair": []}),
+    # a prefill row with another bootstrap port than its body's
+    ([dict(roled(("http://a:1", True, "prefill"))[0], bootstrap_port=9000)],
+     {"http://a:1": True, "http://b:1": None, "http://c:1": None},
+     {"add": [], "remove": [], "keep": ["http://a:1", "http://b:1", "http://c:1"],
+      "repair": ["http://a:1"]}),
+])
+def test_membership_with_payloads_names_the_rows_to_put_right(listed, healthy, plan):
+    assert rf.membership(["http://a:1", "http://b:1", "http://c:1"], [], healthy, listed,
+                         PD) == plan
+
+
+@pytest.mark.parametrize("payloads", [None, {}])
+def test_membership_and_restore_without_payloads_answer_as_before(payloads):
+    listed = roled(("http://b:1", True, "regular"))
+    cand = ["http://a:1", "http://b:1"]
+    assert rf.membership(cand, [], {"http://a:1": True, "http://b:1": True}, listed,
+                         payloads) == {"add": ["http://a:1"], "remove": [], "keep": ["http://b:1"]}
+    assert rf.restore(cand, [], {"http://a:1": True}, listed, payloads) == {
+        "add": ["http://a:1"], "unlisted": ["http://a:1"], "not_ready": []}
+
+
+def test_restore_with_payloads_names_the_rows_to_put_right_and_refuses_a_url_without_a_body():
+    listed = roled(("http://b:1", True, "regular"), ("http://c:1", True, "decode"))
+    plan = rf.restore(["http://a:1", "http://b:1", "http://c:1"], [], {"http://a:1": True},
+                      listed, PD)
+    assert plan == {"add": ["http://a:1"], "unlisted": ["http://a:1"], "not_ready": [],
+                    "repair": ["http://b:1"]}
+    from ansible_collections.gpufleet.sglang.plugins.module_utils.router._router import RouterError
+    for call in (rf.restore, rf.membership):
+        with pytest.raises(RouterError, match=r"^given PD payloads but none for http://x:1, "
+                                              r"http://y:1: a router in PD mode"):
+            call(["http://a:1", "http://x:1/", "http://y:1"], [], {}, listed, PD)

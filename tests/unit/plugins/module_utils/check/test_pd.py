@@ -4,7 +4,6 @@
 backend from host facts, the RDMA devices per GPU from a real topo matrix, and the
 refusals of PD inputs."""
 
-import argparse
 import json
 import os
 
@@ -14,8 +13,8 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils.check import _pd
 from ansible_collections.gpufleet.sglang.plugins.module_utils.check._strategy import parse_pd
 from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare._gpu_parse import parse_topology_nics
 from ansible_collections.gpufleet.sglang.plugins.module_utils.prepare._sglang_help import parse_help
+from ansible_collections.gpufleet.sglang.tests.unit.plugins.module_utils.prepare import rebuild_sglang_help
 
-import rebuild_sglang_help
 from ansible_collections.gpufleet.sglang.tests.paths import FIXTURES
 from ansible_collections.gpufleet.sglang.tests.paths import SGLANG_HELP
 from ansible_collections.gpufleet.sglang.tests.paths import SGLANG_RELEASES as RELEASES
@@ -35,25 +34,13 @@ def actions_of(release):
         return json.load(handle)["actions"]
 
 
-class _Refused(Exception):
-    pass
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise _Refused(message)
+_Refused = rebuild_sglang_help.Refused
 
 
 def parse_with_release(release, pairs):
     """Parse ``--model-path /m`` and ``pairs`` with the release's real parser, abbreviations
     off (only exact option strings)."""
-    parser = _Parser(prog="launch_server.py", allow_abbrev=False)
-    for action in actions_of(release):
-        rebuild_sglang_help.add_action(parser, action)
-    argv = ["--model-path", "/m"]
-    for flag, value in pairs:
-        argv += [flag, str(value)]
-    return parser.parse_args(argv)
+    return rebuild_sglang_help.strict_parse(actions_of(release), pairs)
 
 
 def facts(release):

@@ -19,7 +19,7 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils.check._strategy im
 from ansible_collections.gpufleet.sglang.tests.paths import FIXTURES as _FIXTURES
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.abspath(os.path.join(HERE, "..", "..", "..", ".."))
+ROOT = os.path.abspath(os.path.join(HERE, "..", "..", "..", "..", ".."))
 with open(os.path.join(_FIXTURES, "server-args", "server-args.json")) as _handle:
     FIXTURE = json.load(_handle)
 

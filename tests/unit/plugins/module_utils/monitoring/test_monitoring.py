@@ -134,7 +134,7 @@ def test_facts_read_the_model_steps_marker():
     """roles/monitoring/tasks/facts.yml names the marker file _model.MARKER names."""
     import os
     from ansible_collections.gpufleet.sglang.plugins.module_utils.weights._model import MARKER
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
-        os.path.dirname(os.path.abspath(__file__))))))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.dirname(os.path.abspath(__file__)))))))
     with open(os.path.join(root, "roles", "monitoring", "tasks", "facts.yml")) as fh:
         assert "{{ monitoring_model_path }}/%s" % MARKER in fh.read()

@@ -101,6 +101,28 @@ def build_parser(actions, prog="launch_server.py", groups=0, required=True):
     return parser
 
 
+class Refused(Exception):
+    """argparse's error, raised instead of exiting (:func:`strict_parse`)."""
+
+
+class _StrictParser(argparse.ArgumentParser):
+    def error(self, message):
+        raise Refused(message)
+
+
+def strict_parse(actions, pairs, prog="launch_server.py"):
+    """``--model-path /m`` and ``pairs`` (``[flag, value]``) through the parser of
+    ``actions`` (a release's actions.json entries) with abbreviations off, so that only
+    exact option strings pass; argparse's refusal raises :class:`Refused`."""
+    parser = _StrictParser(prog=prog, allow_abbrev=False)
+    for action in actions:
+        add_action(parser, action)
+    argv = ["--model-path", "/m"]
+    for flag, value in pairs:
+        argv += [flag, str(value)]
+    return parser.parse_args(argv)
+
+
 def main(argv):
     path = argv[1]
     groups = 0
