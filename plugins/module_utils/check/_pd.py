@@ -522,7 +522,7 @@ def port_problems(bootstrap_port, server_port=None):
     if bootstrap_port is None or bootstrap_port == "":
         return []
     text = str(bootstrap_port).strip()
-    if isinstance(bootstrap_port, bool) or not text.isdigit() or not 1 <= int(text) <= 65535:
+    if _port_or_none(bootstrap_port) is None:
         return ["sglang_pd_bootstrap_port must be a port 1-65535, the prefill servers' bootstrap "
                 "port (got %s), e.g. %d" % (json.dumps(bootstrap_port, default=str)[:40],
                                             DEFAULT_BOOTSTRAP_PORT)]
@@ -594,6 +594,9 @@ BACKEND_ENVIRONMENT = {"mooncake_tcp": {"MC_FORCE_TCP": "1"}}
 
 
 def _port_or_none(value):
+    """``value`` as a port 1-65535 (an int, or digits with spaces around), else None (a
+    bool, a sign, a fraction, 0 or more than 65535); :func:`port_problems` and
+    :func:`render` read ports with it."""
     text = str(value).strip() if value is not None else ""
     if isinstance(value, bool) or not text.isdigit() or not 1 <= int(text) <= 65535:
         return None
@@ -707,7 +710,7 @@ def render(pd, release, facts, hosts_facts, host, placements, server_port,
     else:
         more = port_problems(bootstrap_port)
         add(more)
-        bootstrap = None if more else int(str(bootstrap_port).strip())
+        bootstrap = None if more else _port_or_none(bootstrap_port)
 
     hosts_facts = dict(hosts_facts or {})
     hosts_facts.setdefault(host, None)
