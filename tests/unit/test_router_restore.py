@@ -39,7 +39,7 @@ def test_the_step_asks_every_router_once_and_puts_back_on_every_router():
     routed = [t for t in tasks if "gpufleet.sglang.router_worker" in t]
     assert [t["gpufleet.sglang.router_worker"]["state"] for t in routed] == ["restored", "restored"]
     for task in routed:
-        assert task["loop"] == "{{ __server_routers }}"  # every router, not the test hook's first
+        assert task["loop"] == "{{ __server_routers }}"  # every router (the control run overrides __server_router_selected with -e)
         assert task["run_once"] is True
         assert task["delegate_to"] == "{{ item.host }}"
     ask, put = routed

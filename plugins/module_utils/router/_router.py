@@ -242,8 +242,13 @@ def leaving(rows, urls):
     return _listed(rows, urls, True)
 
 
+PD_ROLES = ("prefill", "decode")
+
+
 def check_min_serving(rows, removing, min_serving):
-    """Refuse a batch that would leave fewer than ``min_serving`` healthy workers."""
+    """Refuse a batch that would leave fewer than ``min_serving`` healthy workers, or, in a
+    router whose rows carry PD roles (smg's ``worker_type``), a role with no healthy worker
+    left: a PD router serves no request without a prefill and a decode worker."""
     if int(min_serving) < 1:
         raise RouterError("sglang_router_min_serving is %r; expected an integer >= 1"
                           % (min_serving,))
@@ -256,6 +261,18 @@ def check_min_serving(rows, removing, min_serving):
             "use a smaller sglang_rollout_batch."
             % (", ".join(sorted(removing)) or "nothing", len(left),
                ", ".join(left) or "none", int(min_serving)))
+    role_of = dict((r["url"], r.get("worker_type")) for r in rows)
+    for role in PD_ROLES:
+        listed = sorted(u for u, kind in role_of.items() if kind == role)
+        if not listed:
+            continue
+        if not [u for u in left if role_of.get(u) == role]:
+            raise RouterError(
+                "refusing this batch: taking %s out of the router would leave no healthy %s "
+                "worker (the router's %s workers: %s), and a PD router serves no request "
+                "without one. Nothing was changed; use a smaller sglang_rollout_batch, or add "
+                "a %s server first."
+                % (", ".join(sorted(removing)) or "nothing", role, role, ", ".join(listed), role))
     return left
 
 
@@ -285,6 +302,27 @@ PROGRESS_COUNTERS = (
     "sglang:time_per_output_token_seconds_count",
     "sglang:generation_tokens_total",
     "sglang:num_requests_total",
+    # a PD server's KV transfers (issue 43): one count per transfer a prefill sent, in
+    # 0.5.23's histograms (older releases keep the last value in a gauge, which need not
+    # move), and the failures of either role
+    "sglang:kv_transfer_latency_ms_count",
+    "sglang:kv_transfer_total_mb_count",
+    "sglang:num_bootstrap_failed_reqs_total",
+    "sglang:num_transfer_failed_reqs_total",
+)
+
+# The queues of a PD server (issue 43): a prefill server holds a request in its bootstrap
+# queue (0.5.23; "prealloc" before) until the decode server took it, then in its inflight
+# queue until its KV was sent; a decode server in its prealloc and transfer queues until
+# the KV arrived. Neither gauge of is_drained counts those, and a prefill server sending KV
+# runs no forward: a request there keeps the server busy whatever PER_FORWARD_COUNTER says.
+# The series per release: the emulator's pd.metric_specs.
+PD_QUEUE_GAUGES = (
+    "sglang:num_prefill_bootstrap_queue_reqs",
+    "sglang:num_prefill_prealloc_queue_reqs",
+    "sglang:num_prefill_inflight_queue_reqs",
+    "sglang:num_decode_prealloc_queue_reqs",
+    "sglang:num_decode_transfer_queue_reqs",
 )
 
 # Seconds the gauges must read 0 with PROGRESS_COUNTERS unchanged before a server counts
@@ -308,6 +346,17 @@ DRAIN_QUIET_S = 3.0
 # runs, whatever the gauges still say: up to 0.5.9 the idle report that sets them to 0
 # comes only 30 s after the last report.
 PER_FORWARD_COUNTER = "sglang:realtime_tokens_total"
+
+
+def pd_queued(metrics_text):
+    """The requests in a PD server's queues (:data:`PD_QUEUE_GAUGES`, summed over their
+    samples), or None where the text has none of them (a co-located server)."""
+    wanted = set(PD_QUEUE_GAUGES)
+    total = None
+    for name, _labels, value in parse_exposition(metrics_text):
+        if name in wanted:
+            total = (total or 0.0) + value
+    return total
 
 
 def work_done(metrics_text):
@@ -654,11 +703,12 @@ def drain(read_metrics, timeout, interval, quiet=DRAIN_QUIET_S, **clock):
     report (see :data:`DRAIN_QUIET_S`), so drained means: readings that span at least
     ``quiet`` s (two readings at least) in which the :func:`work_done` counters did not
     move, and the gauges read 0 in all of them, or the release names
-    :data:`PER_FORWARD_COUNTER` (then a gauge above 0 is a stale report: no forward ran).
+    :data:`PER_FORWARD_COUNTER` (then a gauge above 0 is a stale report: no forward ran);
+    on a PD server, its queues (:data:`PD_QUEUE_GAUGES`) read 0 too.
     Returns ``{"drained", "elapsed_s", "running",
     "queued", "listening", "quiet_s", "busy"}`` (``quiet_s``: how long the last readings
-    were quiet; ``busy``: the most requests, running and queued, that a reading showed:
-    what the drain waited for)."""
+    were quiet; ``busy``: the most requests, running, queued and in the PD queues, that a
+    reading showed: what the drain waited for)."""
     now = clock.get("clock", time.monotonic)
     last = {"busy": 0}
     streak = {}  # the first quiet reading: its time and counters
@@ -669,10 +719,11 @@ def drain(read_metrics, timeout, interval, quiet=DRAIN_QUIET_S, **clock):
             last.update(running=0, queued=0, listening=False, quiet_s=0.0)
             return True
         done, running, queued = is_drained(text)
+        in_pd_queues = int(pd_queued(text) or 0)
         last.update(running=running, queued=queued, listening=True, quiet_s=0.0,
-                    busy=max(last["busy"], int(running + queued)))
+                    busy=max(last["busy"], int(running + queued) + in_pd_queues))
         work = work_done(text)
-        idle_reading = done or PER_FORWARD_COUNTER in text
+        idle_reading = (done or PER_FORWARD_COUNTER in text) and not in_pd_queues
         if not idle_reading or streak.get("work") != work:
             streak.clear()
             if idle_reading:

@@ -9,10 +9,16 @@ API, by hand), ``none``. ``t0`` is taken when the action has returned (a stopped
 exited, a removed worker is gone from the router's list). Prints one JSON line: elapsed_s
 from t0 until /api/v1/alerts first showed the alert in that state, the action's own
 seconds, and the other alerts seen firing meanwhile.
+
+With ``--for D`` (the alert rule's for:, a Prometheus duration such as 10s or 1m30s) the
+line also holds ``for_s``, and with ``--scrape-interval`` and ``--evaluation-interval`` too,
+``bound_s``: for + one scrape + one evaluation + 1 s of polling, the latest the alert may
+fire (issue 47: the durations were parsed in the scenario's Jinja, where 1m read as 0).
 """
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import time
@@ -52,21 +58,53 @@ def act(action, args):
         sys.exit("unknown action %s" % action)
 
 
+# Prometheus' duration: units from the largest, each at most once (model.ParseDuration)
+DURATION = re.compile(r"^(?:(\d+)y)?(?:(\d+)w)?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?(?:(\d+)ms)?$")
+UNIT_S = (365 * 86400, 7 * 86400, 86400, 3600, 60, 1, 0.001)
+
+
+def duration_s(text):
+    """Seconds of a Prometheus duration (``10s``, ``1m30s``, ``500ms``, ``0``)."""
+    text = str(text).strip()
+    if text == "0":
+        return 0
+    match = DURATION.match(text)
+    if not text or not match:
+        raise argparse.ArgumentTypeError("%r is not a Prometheus duration such as 10s or 1m30s" % text)
+    seconds = sum(int(n) * unit for n, unit in zip(match.groups(), UNIT_S) if n is not None)
+    return int(seconds) if seconds == int(seconds) else seconds
+
+
+def bounds(for_s, scrape_s=None, evaluation_s=None):
+    """``for_s``, and ``bound_s`` (for + one scrape + one evaluation + 1 s of polling) when
+    both intervals are given; {} without for."""
+    if for_s is None:
+        return {}
+    out = {"for_s": for_s}
+    if scrape_s is not None and evaluation_s is not None:
+        out["bound_s"] = for_s + scrape_s + evaluation_s + 1
+    return out
+
+
 def alerts(prometheus):
     status, doc = http("GET", prometheus + "/api/v1/alerts")
     return doc["data"]["alerts"]
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--prometheus", required=True)
     ap.add_argument("--alert", required=True)
     ap.add_argument("--host", required=True)
     ap.add_argument("--until", choices=["firing", "cleared"], required=True)
     ap.add_argument("--timeout", type=float, default=120)
+    ap.add_argument("--for", dest="for_s", type=duration_s, help="the rule's for: (a Prometheus duration)")
+    ap.add_argument("--scrape-interval", dest="scrape_s", type=duration_s)
+    ap.add_argument("--evaluation-interval", dest="evaluation_s", type=duration_s)
     ap.add_argument("action")
     ap.add_argument("args", nargs="*")
-    opts = ap.parse_args()
+    opts = ap.parse_args(argv)
+    limits = bounds(opts.for_s, opts.scrape_s, opts.evaluation_s)
     started = time.monotonic()
     act(opts.action, opts.args)
     t0 = time.monotonic()
@@ -90,12 +128,12 @@ def main():
                               "pending_after_s": None if pending_at is None else round(pending_at, 2),
                               "action_s": round(t0 - started, 2),
                               "firing_seen": sorted(seen_firing),
-                              "labels": mine[0]["labels"] if mine else None}))
+                              "labels": mine[0]["labels"] if mine else None, **limits}))
             return 0
         if now - t0 > opts.timeout:
             print(json.dumps({"alert": opts.alert, "host": opts.host, "until": opts.until,
                               "timed_out": True, "elapsed_s": round(now - t0, 2),
-                              "firing_seen": sorted(seen_firing), "alerts": current}))
+                              "firing_seen": sorted(seen_firing), "alerts": current, **limits}))
             return 1
         time.sleep(0.25)
 

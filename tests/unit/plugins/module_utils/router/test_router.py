@@ -144,6 +144,30 @@ def test_min_serving_refusal():
         r.check_min_serving(rows, [], 0)
 
 
+def test_min_serving_keeps_a_healthy_worker_of_each_pd_role():
+    """Issue 43: a PD router (rows with smg's worker_type) serves nothing without a prefill
+    and a decode worker, so a batch that would take the last healthy one of a role out is
+    refused naming the role, even where min_serving counts enough workers."""
+    pd_list = {"workers": [
+        {"id": "p1", "url": "http://a:30000", "is_healthy": True, "worker_type": "prefill", "bootstrap_port": 8998},
+        {"id": "d1", "url": "http://b:30000", "is_healthy": True, "worker_type": "decode"},
+        {"id": "d2", "url": "http://c:30000", "is_healthy": True, "worker_type": "decode"},
+        {"id": "p2", "url": "http://e:30000", "is_healthy": False, "worker_type": "prefill", "bootstrap_port": 8998},
+    ]}
+    rows = r.worker_table("workers", pd_list)
+    # one decode of two may leave: a prefill and a decode still serve
+    assert r.check_min_serving(rows, ["http://b:30000"], 2) == ["http://a:30000", "http://c:30000"]
+    # the only healthy prefill may not, though two workers (min_serving=2) would be left
+    with pytest.raises(r.RouterError, match=r"would leave no healthy prefill worker \(the router's "
+                                            r"prefill workers: http://a:30000, http://e:30000\)"):
+        r.check_min_serving(rows, ["http://a:30000"], 2)
+    with pytest.raises(r.RouterError, match="no healthy decode worker"):
+        r.check_min_serving(rows, ["http://b:30000", "http://c:30000"], 1)
+    # the control: the same URLs as regular workers (no worker_type): only the count counts
+    regular = [dict((k, v) for k, v in row.items() if k not in ("worker_type", "bootstrap_port")) for row in rows]
+    assert r.check_min_serving(regular, ["http://a:30000"], 2) == ["http://b:30000", "http://c:30000"]
+
+
 METRICS = """# TYPE sglang:num_running_reqs gauge
 sglang:num_running_reqs{engine_type="unified",model_name="m",pp_rank="0",tp_rank="0"} %s
 sglang:num_queue_reqs{engine_type="unified",model_name="m",pp_rank="0",tp_rank="0"} %s
@@ -190,7 +214,7 @@ def readings(texts):
 
 
 def test_work_done_sums_each_progress_counter():
-    assert r.work_done(BUSY_METRICS % (0, 0, 7, 3)) == (107.0, None, 3.0, None, None, None)
+    assert r.work_done(BUSY_METRICS % (0, 0, 7, 3)) == (107.0, None, 3.0) + (None,) * 7
     assert r.work_done(METRICS % (0, 0)) == (None,) * len(r.PROGRESS_COUNTERS)
 
 
@@ -520,6 +544,39 @@ def test_a_stale_running_gauge_drains_where_the_release_counts_each_forward():
     n = iter(range(10 ** 6))
     d = r.drain(lambda: BUSY_METRICS % (1, 0, next(n), 0), 10, 1, quiet=3, clock=t.clock, sleep=t.sleep)
     assert not d["drained"]
+
+
+# A PD prefill server of 0.5.23's shape, idle in its scheduler (the gauges 0, the forward
+# counter still): requests in its bootstrap and inflight queues, its KV transfers counted.
+PD_PREFILL_METRICS = BUSY_METRICS + """sglang:num_prefill_bootstrap_queue_reqs{engine_type="prefill",model_name="m",pp_rank="0",tp_rank="0"} %s
+sglang:num_prefill_inflight_queue_reqs{engine_type="prefill",model_name="m",pp_rank="0",tp_rank="0"} %s
+sglang:kv_transfer_latency_ms_count{engine_type="prefill",model_name="m",pp_rank="0",tp_rank="0"} %s
+"""
+
+
+def test_pd_queues_keep_a_server_busy_though_no_forward_runs():
+    """Issue 43: a prefill server sending KV runs no forward, so the forward counter stands
+    still while requests wait in its PD queues; the drain waits until those read 0 over the
+    quiet time, and a transfer that completes (its count moves) restarts the quiet time."""
+    assert r.pd_queued(PD_PREFILL_METRICS % (0, 0, 64, 63, 2, 1, 5)) == 3.0
+    assert r.pd_queued(BUSY_METRICS % (0, 0, 64, 63)) is None  # a co-located server
+    t = FakeTime()
+    read, seen = readings([PD_PREFILL_METRICS % (0, 0, 64, 63, 2, 1, 5)] * 4
+                          + [PD_PREFILL_METRICS % (0, 0, 64, 63, 0, 1, 7)] * 2   # one sent
+                          + [PD_PREFILL_METRICS % (0, 0, 64, 63, 0, 0, 8)])      # all sent
+    d = r.drain(read, 60, 1, quiet=3, clock=t.clock, sleep=t.sleep)
+    # quiet from the last change (t=6) for 3 s
+    assert d["drained"] and d["elapsed_s"] == 9.0 and d["busy"] == 3
+    # the control: the same readings without the PD queues drain at once after the quiet
+    # time (the forward counter still): what the drain did before it read them
+    t = FakeTime()
+    d = r.drain(readings([BUSY_METRICS % (0, 0, 64, 63)])[0], 60, 1, quiet=3, clock=t.clock, sleep=t.sleep)
+    assert d["drained"] and d["elapsed_s"] == 3.0
+    # and requests that stay in the queues time the drain out
+    t = FakeTime()
+    d = r.drain(readings([PD_PREFILL_METRICS % (0, 0, 64, 63, 0, 2, 5)])[0], 10, 1, quiet=3,
+                clock=t.clock, sleep=t.sleep)
+    assert not d["drained"] and d["elapsed_s"] == 10.0 and d["busy"] == 2
 
 
 # ---- PD mode: workers with their role (issue 43, docs/experiments/pd-rollout-design.md 2) ----
