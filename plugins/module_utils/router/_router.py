@@ -348,26 +348,28 @@ DRAIN_QUIET_S = 3.0
 PER_FORWARD_COUNTER = "sglang:realtime_tokens_total"
 
 
+def _sums(metrics_text, names):
+    """Each of ``names`` that the ``/metrics`` text has, summed over its samples."""
+    wanted = set(names)
+    sums = {}
+    for name, _labels, value in parse_exposition(metrics_text):
+        if name in wanted:
+            sums[name] = sums.get(name, 0.0) + value
+    return sums
+
+
 def pd_queued(metrics_text):
     """The requests in a PD server's queues (:data:`PD_QUEUE_GAUGES`, summed over their
     samples), or None where the text has none of them (a co-located server)."""
-    wanted = set(PD_QUEUE_GAUGES)
-    total = None
-    for name, _labels, value in parse_exposition(metrics_text):
-        if name in wanted:
-            total = (total or 0.0) + value
-    return total
+    sums = _sums(metrics_text, PD_QUEUE_GAUGES)
+    return sum(sums.values()) if sums else None
 
 
 def work_done(metrics_text):
     """The sums of :data:`PROGRESS_COUNTERS` in a ``/metrics`` text, in that order (None
     for a counter the text lacks): equal sums in two readings mean no forward ran and no
     output reached the HTTP server in between."""
-    wanted = set(PROGRESS_COUNTERS)
-    sums = {}
-    for name, _labels, value in parse_exposition(metrics_text):
-        if name in wanted:
-            sums[name] = sums.get(name, 0.0) + value
+    sums = _sums(metrics_text, PROGRESS_COUNTERS)
     return tuple(sums.get(name) for name in PROGRESS_COUNTERS)
 
 

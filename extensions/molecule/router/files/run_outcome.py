@@ -80,13 +80,14 @@ def process_reading(text):
 
 def deploy_outcome(output, rc, before, after):
     flat = BLANKS.sub(" ", output)
+    switches = list(SWITCH.finditer(flat))
     pid0, ticks0, _hwm0, _rss0, _threads0 = process_reading(before)
     pid1, ticks1, hwm1, _rss1, threads1 = process_reading(after)
     return {
         "rc": rc,
         "stdout": flat,
-        "switch": [m.group(0) for m in SWITCH.finditer(flat)],
-        "restart_s": [float(m.group(1)) for m in SWITCH.finditer(flat)],
+        "switch": [m.group(0) for m in switches],
+        "restart_s": [float(m.group(1)) for m in switches],
         "drain_busy": [int(m.group(1)) for m in BUSY.finditer(flat)],
         "router_cpu_s": (ticks1 - ticks0) / CLOCK_TICKS,
         "router_same_process": pid0 == pid1,
